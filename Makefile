@@ -1,0 +1,30 @@
+# The two commands of the quickstart: `make serve` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: test serve lint typecheck pytest bench soak clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+test: $(STAMP)
+	$(BIN)/ruff check oma_bridge tests bench
+	$(BIN)/ruff format --check oma_bridge tests bench
+	$(BIN)/mypy --strict oma_bridge
+	$(BIN)/pytest
+
+serve: $(STAMP)
+	$(BIN)/oma-bridge serve
+
+bench: $(STAMP)
+	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,219 @@
+"""The error classes of oma_bridge, with the stable codes of open-multi-agent.
+
+Every error has a ``code`` (stable, machine-readable), a ``name`` (the class
+name OMA reports, which for two of them is a JavaScript built-in name) and a
+message.  ``to_wire()`` gives the ``{"name", "code", "message"}`` shape that
+travels in ``errorInfo`` and in stream ``error`` events.
+
+Where OMA has no code (a whole-run timeout, a caller cancel, a backend
+failure), oma_bridge gives one so that clients can switch on ``code`` alone;
+the names stay OMA's.  See ``docs/errors.md``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "AuthRequiredError",
+    "BackendError",
+    "CallbackError",
+    "CostBudgetExceededError",
+    "EgressPolicyError",
+    "InvalidEgressPolicyError",
+    "InvalidMessageError",
+    "LLMCallTimeoutError",
+    "OMAError",
+    "ProviderError",
+    "RunCancelledError",
+    "RunTimeoutError",
+    "StructuredOutputValidationError",
+    "TokenBudgetExceededError",
+    "UnsupportedToolCallError",
+    "UnsupportedToolResultContentError",
+    "WireError",
+    "is_retryable",
+]
+
+
+class OMAError(Exception):
+    """Base class: a message, a stable ``code`` and a reported ``name``."""
+
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    #: The name reported on the wire; defaults to the class name.
+    wire_name: ClassVar[str | None] = None
+    #: Whether a retry of the same call may succeed (see :func:`is_retryable`).
+    retryable: ClassVar[bool] = True
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def name(self) -> str:
+        return self.wire_name or type(self).__name__
+
+    def to_wire(self) -> dict[str, str]:
+        return {"name": self.name, "code": self.code, "message": self.message}
+
+
+class InvalidMessageError(OMAError):
+    """Input that fails the shape guard, the copy, or the text-only boundary.
+
+    ``path`` names the offending place (``messages[0].content[1]``) when the
+    guard knows it.
+    """
+
+    code = "INVALID_MESSAGE"
+    retryable = False
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class TokenBudgetExceededError(OMAError):
+    code = "TOKEN_BUDGET_EXCEEDED"
+    retryable = False
+
+    def __init__(self, agent: str, used: int, budget: int) -> None:
+        super().__init__(
+            f'Agent "{agent}" exceeded token budget: {used} tokens used (budget: {budget})'
+        )
+        self.used = used
+        self.budget = budget
+
+
+class CostBudgetExceededError(OMAError):
+    code = "COST_BUDGET_EXCEEDED"
+    retryable = False
+
+    def __init__(self, agent: str, used: float, budget: float) -> None:
+        super().__init__(
+            f'Agent "{agent}" exceeded cost budget: {_js_number(used)} estimated cost used'
+            f" (budget: {_js_number(budget)})"
+        )
+        self.used = used
+        self.budget = budget
+
+
+def _js_number(value: float) -> str:
+    """A number as JavaScript prints it (``2`` rather than ``2.0``)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+class LLMCallTimeoutError(OMAError):
+    """One provider call (or a stalled stream) ran past ``call_timeout_ms``."""
+
+    code = "LLM_CALL_TIMEOUT"
+
+
+class RunTimeoutError(OMAError):
+    """The whole-run timer fired (OMA reports the name ``TimeoutError``)."""
+
+    code = "RUN_TIMEOUT"
+    wire_name = "TimeoutError"
+
+    @classmethod
+    def for_agent(cls, agent: str, timeout_ms: int) -> RunTimeoutError:
+        return cls(f'Agent "{agent}" exceeded whole-run timeout of {timeout_ms}ms')
+
+
+class RunCancelledError(OMAError):
+    """The caller cancelled the run (OMA reports the name ``AbortError``)."""
+
+    code = "RUN_CANCELLED"
+    wire_name = "AbortError"
+    retryable = False
+
+    def __init__(self, message: str = "Run cancelled by caller.") -> None:
+        super().__init__(message)
+
+
+class StructuredOutputValidationError(OMAError):
+    code = "STRUCTURED_OUTPUT_VALIDATION_FAILED"
+    retryable = False
+
+
+class UnsupportedToolCallError(OMAError):
+    code = "UNSUPPORTED_TOOL_CALL"
+    retryable = False
+
+
+class UnsupportedToolResultContentError(OMAError):
+    code = "UNSUPPORTED_TOOL_RESULT_CONTENT"
+    retryable = False
+
+
+class EgressPolicyError(OMAError):
+    """A request denied by an egress policy (status ``rejected`` in OMA)."""
+
+    code = "EGRESS_POLICY_DENIED"
+    retryable = False
+
+
+class InvalidEgressPolicyError(EgressPolicyError):
+    code = "INVALID_EGRESS_POLICY"
+
+
+class CallbackError(OMAError):
+    """A ``beforeRun`` / ``afterRun`` hook raised, timed out or answered badly."""
+
+    code = "CALLBACK_ERROR"
+    retryable = False
+
+
+class BackendError(OMAError):
+    """A process or ACP backend failed (non-zero exit, crash, refused turn)."""
+
+    code = "BACKEND_ERROR"
+
+
+class AuthRequiredError(BackendError):
+    """An ACP agent answered -32000: it needs authentication (PROTOCOL §11.33)."""
+
+    code = "AUTH_REQUIRED"
+    retryable = False
+
+
+class ProviderError(OMAError):
+    """An LLM provider answered with an error, or its stream broke."""
+
+    code = "PROVIDER_ERROR"
+
+    def __init__(
+        self, message: str, *, http_status: int | None = None, provider: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.provider = provider
+
+
+class WireError(OMAError):
+    """A JSON-RPC error answer from a peer (a client, the daemon, an ACP agent)."""
+
+    code = "WIRE_ERROR"
+
+    def __init__(self, code: int, message: str, data: object = None) -> None:
+        super().__init__(message)
+        self.rpc_code = code
+        self.data = data
+
+
+_RETRYABLE_HTTP_4XX = frozenset({408, 409, 429})
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Classify an error as OMA does: terminal errors are never retried.
+
+    Terminal: invalid input, budgets, caller cancels, structured-output and
+    tool-shape errors, egress denials, and HTTP 4xx other than 408, 409 and
+    429.  Everything else (a 5xx, a timeout, a process exit, an unknown
+    exception) may be retried.
+    """
+    status = getattr(error, "http_status", None)
+    if isinstance(status, int) and 400 <= status < 500:
+        return status in _RETRYABLE_HTTP_4XX
+    if isinstance(error, OMAError):
+        return error.retryable
+    return True

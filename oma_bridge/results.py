@@ -1,0 +1,168 @@
+"""What a run produces: :class:`AgentRunResult` and :class:`StreamEvent`.
+
+Plain dataclasses inside the library; ``to_wire()`` gives exactly the JSON
+shapes of PROTOCOL.md §6 (camelCase fields, OMA's ``snake_case`` inside
+token usage and message blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from .errors import OMAError
+from .messages import LLMMessage
+from .redaction import redact
+
+__all__ = [
+    "AgentRunResult",
+    "ErrorInfo",
+    "ErrorKind",
+    "RunStatus",
+    "StatusCode",
+    "StreamEvent",
+    "StreamEventType",
+    "TokenUsage",
+    "ToolCallRecord",
+]
+
+StatusCode: TypeAlias = Literal["ok", "error", "cancelled", "timeout", "budget_exhausted"]
+ErrorKind: TypeAlias = Literal[
+    "callback", "backend", "provider", "timeout", "cancelled", "budget", "internal"
+]
+StreamEventType: TypeAlias = Literal[
+    "text", "reasoning", "tool_use", "tool_result", "budget_exceeded", "done", "error", "update"
+]
+
+#: OMA caps ``status.message`` at 256 characters and ``errorInfo.message`` at 1,024.
+STATUS_MESSAGE_LIMIT = 256
+ERROR_MESSAGE_LIMIT = 1024
+
+
+def _cap(text: str, limit: int) -> str:
+    text = redact(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, other: TokenUsage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+
+    def to_wire(self) -> dict[str, int]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+
+@dataclass
+class ToolCallRecord:
+    tool_name: str
+    input: Any
+    output: str
+    duration: int  # milliseconds
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "toolName": self.tool_name,
+            "input": self.input,
+            "output": self.output,
+            "duration": self.duration,
+        }
+
+
+@dataclass
+class RunStatus:
+    code: StatusCode = "ok"
+    message: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"code": self.code}
+        if self.message is not None:
+            wire["message"] = _cap(self.message, STATUS_MESSAGE_LIMIT)
+        return wire
+
+
+@dataclass
+class ErrorInfo:
+    kind: ErrorKind
+    code: str | None = None
+    name: str | None = None
+    message: str | None = None
+
+    @classmethod
+    def from_error(cls, kind: ErrorKind, error: BaseException) -> ErrorInfo:
+        if isinstance(error, OMAError):
+            return cls(kind=kind, code=error.code, name=error.name, message=error.message)
+        return cls(kind=kind, name=type(error).__name__, message=str(error))
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"kind": self.kind}
+        if self.code is not None:
+            wire["code"] = self.code
+        if self.name is not None:
+            wire["name"] = self.name
+        if self.message is not None:
+            wire["message"] = _cap(self.message, ERROR_MESSAGE_LIMIT)
+        return wire
+
+
+@dataclass
+class AgentRunResult:
+    """The outcome of one run; ``success`` is true exactly when ``status.code == "ok"``."""
+
+    run_id: str
+    success: bool
+    output: str
+    messages: list[LLMMessage] = field(default_factory=list)
+    token_usage: TokenUsage = field(default_factory=TokenUsage)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    status: RunStatus = field(default_factory=RunStatus)
+    error_info: ErrorInfo | None = None
+    budget_exceeded: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "runId": self.run_id,
+            "success": self.success,
+            "output": self.output,
+            "messages": self.messages,
+            "tokenUsage": self.token_usage.to_wire(),
+            "toolCalls": [call.to_wire() for call in self.tool_calls],
+            "status": self.status.to_wire(),
+        }
+        if self.error_info is not None:
+            wire["errorInfo"] = self.error_info.to_wire()
+        if self.budget_exceeded:
+            wire["budgetExceeded"] = True
+        return wire
+
+
+@dataclass
+class StreamEvent:
+    """One event of a stream.
+
+    ``data`` is a string for ``text`` and ``reasoning``, the block for
+    ``tool_use`` / ``tool_result``, the :class:`AgentRunResult` for ``done``,
+    an :class:`~oma_bridge.errors.OMAError` (or any exception) for ``error``
+    and ``budget_exceeded``, and the raw ACP update for ``update``.
+    """
+
+    type: StreamEventType
+    data: Any
+
+    def to_wire(self) -> dict[str, Any]:
+        data = self.data
+        if isinstance(data, AgentRunResult):
+            data = data.to_wire()
+        elif isinstance(data, OMAError):
+            data = {"name": data.name, "code": data.code, "message": redact(data.message)}
+        elif isinstance(data, BaseException):
+            data = {"name": type(data).__name__, "message": redact(str(data))}
+        return {"type": self.type, "data": data}
