@@ -1,0 +1,350 @@
+"""The daemon's TOML config, validated once into frozen pydantic models.
+
+Where the config comes from (:func:`load_config`): the ``--config`` path when
+given, else ``$XDG_CONFIG_HOME/oma-bridge/config.toml`` (``~/.config`` when
+the variable is unset) when that file exists, else the embedded default
+(:data:`~oma_bridge.server.default_config.DEFAULT_CONFIG_TOML`).
+
+Every problem is one :class:`ConfigError` whose message is a single line
+naming the file, the dotted key and the problem, e.g.
+``/etc/oma.toml: agents.coder.permission: must be one of 'client', ...``.
+Values are never echoed back: a config may hold secrets.
+
+Paths (``socket``, ``token_file``, an agent's ``cwd``) may start with ``~``;
+relative ones are resolved against the config file's folder (the daemon's
+working directory for the embedded default).  The command ``"@python"``
+(:data:`PYTHON_COMMAND`) stands for the interpreter that runs the daemon.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from .default_config import DEFAULT_CONFIG_TOML
+from .paths import default_socket_path
+
+__all__ = [
+    "EMBEDDED_SOURCE",
+    "PYTHON_COMMAND",
+    "AcpProfile",
+    "AgentProfile",
+    "ConfigError",
+    "LlmProfile",
+    "ProcessProfile",
+    "ServerConfig",
+    "ServerSection",
+    "TcpEndpoint",
+    "default_config_path",
+    "load_config",
+    "parse_config",
+]
+
+#: The ``command`` value that means "the Python interpreter running the daemon".
+PYTHON_COMMAND = "@python"
+#: The ``source`` of the embedded default config, as it appears in errors.
+EMBEDDED_SOURCE = "<embedded default config>"
+
+MIB = 1024 * 1024
+
+PositiveInt = Annotated[StrictInt, Field(ge=1)]
+Seconds = Annotated[StrictFloat, Field(gt=0)]
+NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
+AgentName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")]
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; the message is one line: ``file: key: problem``."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source = source
+        self.key = key
+        self.problem = problem
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {problem}")
+
+
+def _base_dir(info: ValidationInfo) -> Path:
+    context = info.context or {}
+    base = context.get("base_dir")
+    return Path(base) if base is not None else Path.cwd()
+
+
+def _resolve_path(value: str, info: ValidationInfo) -> Path:
+    path = Path(value).expanduser()
+    return Path(os.path.normpath(path if path.is_absolute() else _base_dir(info) / path))
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TcpEndpoint(_Frozen):
+    """A TCP listening address, parsed from ``"host:port"`` (``"[::1]:port"`` for IPv6)."""
+
+    host: str
+    port: int = Field(ge=0, le=65535)
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host.lower() == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @classmethod
+    def parse(cls, text: str) -> TcpEndpoint:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError('must be "host:port", e.g. "127.0.0.1:7878"')
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        elif ":" in host:
+            raise ValueError('an IPv6 host needs brackets, e.g. "[::1]:7878"')
+        if int(port) > 65535:
+            raise ValueError("the port must be at most 65535")
+        return cls(host=host, port=int(port))
+
+
+class ServerSection(_Frozen):
+    """The ``[server]`` table: listeners, security checks, limits and timeouts."""
+
+    socket: Path | None = Field(default="auto", validate_default=True)
+    allow_remote: StrictBool = False
+    tcp: TcpEndpoint | None = Field(default=None, validate_default=True)
+    token_file: Path | None = None
+    require_token_on_unix: StrictBool = False
+    allowed_origins: tuple[StrictStr, ...] = ()
+    allowed_hosts: tuple[NonEmptyStr, ...] = ()
+    max_message_bytes: PositiveInt = 16 * MIB
+    max_connections: PositiveInt = 64
+    max_concurrent_runs: PositiveInt = 32
+    max_queued_runs: Annotated[StrictInt, Field(ge=0)] = 256
+    agent_idle_ttl_s: Annotated[StrictFloat, Field(ge=0)] = 900.0
+    hook_timeout_s: Seconds = 30.0
+    permission_timeout_s: Seconds = 300.0
+    send_timeout_s: Seconds = 30.0
+    stop_grace_s: Annotated[StrictFloat, Field(ge=0)] = 5.0
+
+    @field_validator("socket", mode="before")
+    @classmethod
+    def _socket(cls, value: Any, info: ValidationInfo) -> Path | None:
+        # "auto" is resolved here so that the model holds the path it will use.
+        if value is False:
+            return None
+        if value == "auto":
+            return default_socket_path()
+        if isinstance(value, str) and value:
+            return _resolve_path(value, info)
+        raise ValueError('must be "auto", a path, or false')
+
+    @field_validator("tcp", mode="before")
+    @classmethod
+    def _tcp(cls, value: Any, info: ValidationInfo) -> TcpEndpoint | None:
+        if value is None:
+            if info.data.get("socket", "unset") is None:
+                raise ValueError("socket = false needs a tcp listener: at least one is required")
+            return None
+        if not isinstance(value, str):
+            raise ValueError('must be a string "host:port"')
+        endpoint = TcpEndpoint.parse(value)
+        if not endpoint.is_loopback and not info.data.get("allow_remote", False):
+            raise ValueError(
+                f"{endpoint.host!r} is not a loopback address; "
+                "set allow_remote = true to listen beyond this machine"
+            )
+        return endpoint
+
+    @field_validator("token_file", mode="before")
+    @classmethod
+    def _token_file(cls, value: Any, info: ValidationInfo) -> Path:
+        if not isinstance(value, str) or not value:
+            raise ValueError("must be a path")
+        return _resolve_path(value, info)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            bracketed = host.startswith("[") and host.endswith("]")
+            if ":" in host and not bracketed:
+                raise ValueError("names without a port: the listening port is added")
+        return tuple(host.lower() for host in value)
+
+    @property
+    def discovery_dir(self) -> Path:
+        """The folder of the discovery file: the socket's folder (also without a socket)."""
+        return (self.socket or default_socket_path()).parent
+
+
+class _ProfileBase(_Frozen):
+    description: StrictStr | None = None
+    timeout_s: Seconds | None = None
+    system_prompt: StrictStr | None = None
+
+
+class LlmProfile(_ProfileBase):
+    """``kind = "llm"``: a model behind a provider's HTTP API (or the offline ``echo``)."""
+
+    kind: Literal["llm"]
+    provider: Literal["echo", "anthropic", "openai"]
+    model: NonEmptyStr
+    api_key_env: NonEmptyStr | None = None
+    base_url: NonEmptyStr | None = None
+    max_turns: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None
+    max_token_budget: Annotated[StrictInt, Field(ge=0)] | None = None
+    temperature: Annotated[StrictFloat, Field(ge=0)] | None = None
+
+
+class _ExternalProfile(_ProfileBase):
+    command: NonEmptyStr
+    args: tuple[StrictStr, ...] = ()
+    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    cwd: Path | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str) -> str:
+        return sys.executable if value == PYTHON_COMMAND else value
+
+    @field_validator("cwd", mode="before")
+    @classmethod
+    def _cwd(cls, value: Any, info: ValidationInfo) -> Path:
+        if not isinstance(value, str) or not value:
+            raise ValueError("must be a path")
+        return _resolve_path(value, info)
+
+
+class ProcessProfile(_ExternalProfile):
+    """``kind = "process"``: a command line run once per turn."""
+
+    kind: Literal["process"]
+    input: Literal["stdin", "argument", "none"] = "stdin"
+    max_output_bytes: PositiveInt | None = None
+    stop_grace_s: Annotated[StrictFloat, Field(ge=0)] | None = None
+
+
+class AcpProfile(_ExternalProfile):
+    """``kind = "acp"``: an Agent Client Protocol agent, one session across runs."""
+
+    kind: Literal["acp"]
+    permission: Literal["client", "auto-approve", "reject"] = "client"
+    fs: Literal["cwd", "none"] = "cwd"
+    terminal: StrictBool = False
+    model: NonEmptyStr | None = None
+    auth_method: NonEmptyStr | None = None
+    # Kept as ACP ``McpServer`` objects; the ACP layer validates their shape.
+    mcp_servers: tuple[dict[StrictStr, Any], ...] = ()
+    cancel_grace_s: Annotated[StrictFloat, Field(ge=0)] = 10.0
+
+
+AgentProfile: TypeAlias = Annotated[
+    LlmProfile | ProcessProfile | AcpProfile, Field(discriminator="kind")
+]
+
+
+class ServerConfig(_Frozen):
+    """The whole config: ``[server]`` and the declared ``[agents.<name>]`` profiles."""
+
+    server: ServerSection = Field(default_factory=ServerSection)
+    agents: dict[AgentName, AgentProfile] = Field(default_factory=dict)
+
+    _source: str = PrivateAttr(default="<config>")
+
+    @property
+    def source(self) -> str:
+        """Where the config came from (a path, or the embedded default), for error messages."""
+        return self._source
+
+    def error(self, key: str, problem: str) -> ConfigError:
+        """A :class:`ConfigError` about ``key`` of this config (for checks made at start)."""
+        return ConfigError(self._source, key, problem)
+
+
+_KINDS = ("llm", "process", "acp")
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    # "[key]" marks a dict key that failed validation: the error is about the name itself.
+    parts = [str(part) for part in loc if part != "[key]"]
+    # A tagged union puts the tag between the agent's name and the key.
+    if len(parts) > 2 and parts[0] == "agents" and parts[2] in _KINDS:
+        del parts[2]
+    return ".".join(parts)
+
+
+def _problem(error: Any) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "union_tag_not_found":
+        return "required key is missing (one of 'llm', 'process', 'acp')"
+    if kind == "union_tag_invalid":
+        return "must be one of 'llm', 'process', 'acp'"
+    if kind == "string_pattern_mismatch":
+        return "a name of letters, digits, '_', '.', '-' (at most 64)"
+    message: str = error["msg"]
+    return message.removeprefix("Value error, ")
+
+
+def parse_config(text: str, *, source: str, base_dir: Path) -> ServerConfig:
+    """Validate TOML ``text``; ``source`` names it in errors, ``base_dir`` anchors paths."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, "", f"not valid TOML: {exc}") from None
+    try:
+        config = ServerConfig.model_validate(raw, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        key = _dotted(first["loc"])
+        if first["type"] in ("union_tag_not_found", "union_tag_invalid"):
+            key += ".kind"
+        raise ConfigError(source, key, _problem(first)) from None
+    config._source = source
+    return config
+
+
+def default_config_path() -> Path:
+    """``$XDG_CONFIG_HOME/oma-bridge/config.toml`` (``~/.config/...`` without the variable)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "oma-bridge" / "config.toml"
+
+
+def load_config(path: Path | str | None = None) -> ServerConfig:
+    """Load the config the daemon will use (see the module docstring for the search order)."""
+    if path is None:
+        candidate = default_config_path()
+        if not candidate.is_file():
+            return parse_config(DEFAULT_CONFIG_TOML, source=EMBEDDED_SOURCE, base_dir=Path.cwd())
+        path = candidate
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(str(path), "", f"cannot read the config: {reason}") from None
+    return parse_config(text, source=str(path), base_dir=path.resolve().parent)

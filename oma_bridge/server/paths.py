@@ -1,0 +1,32 @@
+"""Where the daemon's files live by default: the socket and, beside it, the discovery file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "DISCOVERY_NAME",
+    "LOCK_NAME",
+    "SOCKET_NAME",
+    "default_runtime_dir",
+    "default_socket_path",
+]
+
+SOCKET_NAME = "bridge.sock"
+DISCOVERY_NAME = "bridge.json"
+#: Held (flock) by the running daemon: one daemon per folder.
+LOCK_NAME = "bridge.lock"
+
+
+def default_runtime_dir() -> Path:
+    """``$XDG_RUNTIME_DIR/oma-bridge``, else ``/tmp/oma-bridge-$UID``."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "oma-bridge"
+    return Path(f"/tmp/oma-bridge-{os.getuid()}")
+
+
+def default_socket_path() -> Path:
+    """The socket path that ``socket = "auto"`` stands for."""
+    return default_runtime_dir() / SOCKET_NAME
