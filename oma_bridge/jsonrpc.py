@@ -35,8 +35,9 @@ The core stays generic: what a ``null`` result means is the caller's business.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, TypeGuard
 
@@ -58,6 +59,7 @@ __all__ = [
     "Message",
     "NotificationHandler",
     "Peer",
+    "PendingCall",
     "RequestHandler",
     "RequestId",
     "RpcCore",
@@ -220,6 +222,10 @@ class RpcCore:
         """The ids of the peer's requests we have not answered yet."""
         return [key[1] for key in self._incoming]
 
+    def incoming_methods(self) -> dict[IdKey, str]:
+        """The peer's requests we have not answered yet, by id key, with their methods."""
+        return dict(self._incoming)
+
     def fail_all(self) -> list[RequestId]:
         """Forget every pending request of ours (the connection ended); returns their ids."""
         ids = self.pending_outgoing
@@ -348,6 +354,40 @@ Send: TypeAlias = Callable[[bytes], Awaitable[None]]
 Receive: TypeAlias = Callable[[], Awaitable[object | None]]
 
 
+class PendingCall:
+    """One request of ours in flight (see :meth:`Peer.start_request`)."""
+
+    def __init__(self, peer: Peer, request_id: RequestId, waiter: _Waiter) -> None:
+        self._peer = peer
+        self.id = request_id
+        self._waiter = waiter
+
+    @property
+    def settled(self) -> bool:
+        """Whether the answer (or a failure) has arrived."""
+        return self._waiter.done.is_set()
+
+    async def wait(self) -> Any:
+        """The result; an error answer or a closed connection raises."""
+        await self._waiter.done.wait()
+        if self._waiter.error is not None:
+            raise self._waiter.error
+        return self._waiter.result
+
+    async def withdraw(self) -> None:
+        """Stop waiting and tell the peer with ``$/cancel_request``; a late answer is ignored."""
+        if self._peer._waiters.pop(id_key(self.id), None) is None:
+            return
+        self._waiter.settle(error=WireError(REQUEST_CANCELLED, "Request cancelled"))
+        await self._peer._send_quietly(self._peer.core.cancel(self.id))
+
+    def abandon(self) -> None:
+        """Stop waiting without telling the peer."""
+        self._peer._waiters.pop(id_key(self.id), None)
+        self._peer.core.abandon(self.id)
+        self._waiter.settle(error=WireError(REQUEST_CANCELLED, "Request abandoned"))
+
+
 class _Waiter:
     __slots__ = ("done", "error", "result")
 
@@ -404,20 +444,40 @@ class Peer:
         self._handlers: dict[IdKey, anyio.CancelScope] = {}
         self._closed_error: BaseException | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._exit_stack = contextlib.AsyncExitStack()
         #: Set once the input ended or the peer was closed.
         self.closed = anyio.Event()
 
     async def __aenter__(self) -> Peer:
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
-        self._task_group.start_soon(self._read_loop)
+        self._exit_stack = contextlib.AsyncExitStack()
+        await self._exit_stack.enter_async_context(self.pumping())
         return self
 
-    async def __aexit__(self, *exc_info: object) -> bool | None:
-        assert self._task_group is not None
-        self._task_group.cancel_scope.cancel()
-        self.fail_all(ConnectionClosedError())
-        return await self._task_group.__aexit__(*exc_info)  # type: ignore[arg-type]
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        try:
+            return await self._exit_stack.__aexit__(*exc_info)
+        finally:
+            self.fail_all(ConnectionClosedError())
+
+    @contextlib.asynccontextmanager
+    async def pumping(self) -> AsyncIterator[None]:
+        """Run the reader (and the handlers it starts) for the duration of the block.
+
+        Leaving the block stops the reader and cancels running handlers but
+        keeps the connection's state: pending requests stay pending, and a
+        later ``pumping()`` block carries on where this one stopped.  This is
+        how a connection that outlives any one task (an ACP agent reused
+        across runs) is served only while someone is waiting on it.  The
+        ``receive`` callable must therefore be safe to cancel.
+        """
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            task_group.start_soon(self._read_loop)
+            try:
+                yield
+            finally:
+                task_group.cancel_scope.cancel()
+                self._task_group = None
 
     # -------------------------------------------------------------- sending
 
@@ -436,23 +496,33 @@ class Peer:
         If the caller is cancelled while waiting, the peer is told with
         ``$/cancel_request`` and a late answer is ignored.
         """
+        call = await self.start_request(method, params)
+        try:
+            return await call.wait()
+        except BaseException:
+            if not call.settled:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    await call.withdraw()
+            raise
+
+    async def start_request(self, method: str, params: Any = None) -> PendingCall:
+        """Send a request and return its handle without waiting for the answer.
+
+        For requests whose cancellation is not a plain withdrawal (an ACP
+        ``session/prompt`` keeps waiting for its answer after a
+        ``session/cancel``), the owner decides when to stop waiting.
+        """
         if self._closed_error is not None:
             raise self._closed_error
         request_id, message = self.core.request(method, params)
-        key = id_key(request_id)
-        waiter = self._waiters[key] = _Waiter()
+        waiter = self._waiters[id_key(request_id)] = _Waiter()
         try:
             await self.send(message)
-            await waiter.done.wait()
         except BaseException:
-            if self._waiters.pop(key, None) is not None and not waiter.done.is_set():
-                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                    await self._send_quietly(self.core.cancel(request_id))
+            self._waiters.pop(id_key(request_id), None)
+            self.core.abandon(request_id)
             raise
-        self._waiters.pop(key, None)
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.result
+        return PendingCall(self, request_id, waiter)
 
     async def _send_quietly(self, message: Message) -> None:
         try:
@@ -473,6 +543,8 @@ class Peer:
     # ------------------------------------------------------------ receiving
 
     async def _read_loop(self) -> None:
+        if self._closed_error is not None:
+            return
         error: BaseException = ConnectionClosedError()
         try:
             while True:
@@ -480,13 +552,12 @@ class Peer:
                 if item is None:
                     break
                 await self.feed(item)
-        except anyio.get_cancelled_exc_class():
-            raise
         except Exception as exc:
             error = exc if isinstance(exc, WireError) else ConnectionClosedError(str(exc))
             logger.debug("reader stopped: %r", exc)
-        finally:
-            self.fail_all(error)
+        # Cancellation (the end of a pumping block) propagates above and keeps
+        # the requests pending; only the end of input fails them.
+        self.fail_all(error)
 
     async def feed(self, item: object) -> None:
         """Process one incoming message (raw or decoded) as the reader would."""
@@ -502,7 +573,7 @@ class Peer:
             if waiter is not None:
                 waiter.settle(event.result, event.error)
         elif kind == "request":
-            assert self._task_group is not None, "use the peer as an async context manager"
+            assert self._task_group is not None, "feed() runs inside pumping()"
             scope = anyio.CancelScope()
             self._handlers[id_key(event.id)] = scope
             self._task_group.start_soon(self._serve, event, scope)
@@ -538,5 +609,20 @@ class Peer:
             await self._send_quietly(answer)
 
     def pending_requests(self) -> Mapping[IdKey, str]:
-        """The peer's requests still being served (key -> method), for diagnostics."""
-        return dict(self.core._incoming)
+        """The peer's requests not answered yet (key -> method)."""
+        return self.core.incoming_methods()
+
+    async def answer_pending(self, answer: Callable[[RequestId, str], Message | None]) -> None:
+        """Answer every pending request of the peer at once (a turn cancel, a shutdown).
+
+        ``answer(id, method)`` builds the answer with ``self.core.respond`` or
+        ``self.core.respond_error``.  Handlers still running for those
+        requests are cancelled; their own answer would come too late.
+        """
+        for key, method in list(self.core.incoming_methods().items()):
+            running = self._handlers.pop(key, None)
+            if running is not None:
+                running.cancel()
+            message = answer(key[1], method)
+            if message is not None:
+                await self._send_quietly(message)
