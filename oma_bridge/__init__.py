@@ -2,10 +2,15 @@
 
 The library is usable without the daemon::
 
-    from oma_bridge import validate_messages, copy_messages
+    from oma_bridge import Agent, AgentConfig
+
+    agent = Agent(AgentConfig(name="demo", provider="echo", model="echo-1"))
+    result = await agent.run("hello")
 """
 
 from ._version import __version__
+from .agent import Agent, AgentConfig, AgentState, RunStream
+from .backend import Backend, BackendOutcome, PermissionRequest, RunContext
 from .errors import (
     AuthRequiredError,
     BackendError,
@@ -30,23 +35,40 @@ from .messages import (
     validate_messages,
 )
 from .redaction import redact
+from .results import AgentRunResult, ErrorInfo, RunStatus, StreamEvent, TokenUsage, ToolCallRecord
+from .tools import ToolDefinition
 
 __all__ = [
+    "Agent",
+    "AgentConfig",
     "AgentPromptInput",
     "AgentRunInput",
+    "AgentRunResult",
+    "AgentState",
     "AuthRequiredError",
+    "Backend",
     "BackendError",
+    "BackendOutcome",
     "CallbackError",
     "ContentBlock",
     "CostBudgetExceededError",
+    "ErrorInfo",
     "InvalidMessageError",
     "LLMCallTimeoutError",
     "LLMMessage",
     "OMAError",
+    "PermissionRequest",
     "ProviderError",
     "RunCancelledError",
+    "RunContext",
+    "RunStatus",
+    "RunStream",
     "RunTimeoutError",
+    "StreamEvent",
     "TokenBudgetExceededError",
+    "TokenUsage",
+    "ToolCallRecord",
+    "ToolDefinition",
     "__version__",
     "copy_messages",
     "is_retryable",
