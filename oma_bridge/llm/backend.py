@@ -1,0 +1,108 @@
+"""The LLM backend: the model/tool loop of one run over an adapter.
+
+Each turn streams one model answer (token deltas are relayed as ``text``
+events as they arrive: D10), then runs the tools it asked for and feeds their
+results back, until the model answers without a tool call or ``max_turns``
+model turns were made.  Token usage accumulates over the turns; after each
+model turn the budget is checked (exceeded only when ``input + output >
+budget``): the run then emits ``budget_exceeded`` and stops.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..backend import BackendOutcome, RunContext
+from ..errors import TokenBudgetExceededError
+from ..messages import LLMMessage
+from ..results import StreamEvent
+from ..tools import ToolDefinition
+from .tool_runner import run_tool_calls
+from .types import (
+    ChatRequest,
+    ChatResponse,
+    LLMAdapter,
+    ReasoningDelta,
+    TextDelta,
+    ToolSpec,
+    ToolUseDelta,
+    TurnEnd,
+)
+
+__all__ = ["LLMBackend"]
+
+
+class LLMBackend:
+    """A :class:`~oma_bridge.backend.Backend` for LLM agents; one per agent, reused."""
+
+    external = False
+    kind: Literal["llm"] = "llm"
+
+    def __init__(
+        self,
+        adapter: LLMAdapter,
+        *,
+        model: str,
+        tools: tuple[ToolDefinition, ...] = (),
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> None:
+        self.adapter = adapter
+        self.model = model
+        self.tools = tools
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self._specs = tuple(ToolSpec.of(tool) for tool in tools)
+
+    async def run(self, ctx: RunContext) -> BackendOutcome:
+        conversation: list[LLMMessage] = list(ctx.messages)
+        outcome = BackendOutcome()
+        for _ in range(ctx.max_turns):
+            response = await self._turn(ctx, conversation)
+            assistant: LLMMessage = {"role": "assistant", "content": response.content}
+            conversation.append(assistant)
+            outcome.messages.append(assistant)
+            outcome.output = response.text
+            outcome.token_usage.add(response.usage)
+            used, budget = outcome.token_usage.total, ctx.max_token_budget
+            if budget is not None and used > budget:
+                outcome.budget_exceeded = True
+                error = TokenBudgetExceededError(ctx.agent_name, used, budget)
+                await ctx.emit(StreamEvent("budget_exceeded", error))
+                return outcome
+            calls = response.tool_uses
+            if not calls:
+                break
+            results = await run_tool_calls(self.tools, calls)
+            for result in results:
+                outcome.tool_calls.append(result.record)
+                await ctx.emit(StreamEvent("tool_result", result.block))
+            tool_turn: LLMMessage = {"role": "user", "content": [r.block for r in results]}
+            conversation.append(tool_turn)
+            outcome.messages.append(tool_turn)
+        return outcome
+
+    async def _turn(self, ctx: RunContext, conversation: list[LLMMessage]) -> ChatResponse:
+        request = ChatRequest(
+            model=self.model,
+            messages=conversation,
+            system_prompt=ctx.system_prompt,
+            tools=self._specs,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
+        emit = ctx.emit
+        async for delta in self.adapter.stream(request):
+            # Ordered by frequency: this loop runs once per token.
+            if type(delta) is TextDelta:
+                await emit(StreamEvent("text", delta.text))
+            elif isinstance(delta, ReasoningDelta):
+                await emit(StreamEvent("reasoning", delta.text))
+            elif isinstance(delta, ToolUseDelta):
+                await emit(StreamEvent("tool_use", delta.block))
+            elif isinstance(delta, TurnEnd):
+                return delta.response
+        raise RuntimeError(f"{self.adapter.provider} adapter stream ended without TurnEnd")
+
+    async def aclose(self) -> None:
+        await self.adapter.aclose()

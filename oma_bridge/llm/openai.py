@@ -1,0 +1,282 @@
+"""The ``openai`` provider: Chat Completions (``POST {base_url}/chat/completions``).
+
+``base_url`` points it at any compatible server: OpenAI
+(``https://api.openai.com/v1``, the default), Ollama
+(``http://localhost:11434/v1``), vLLM, LM Studio, llama.cpp's server,
+OpenRouter.
+
+Translation of OMA's blocks, each sent as given (no capability guessing: a
+server that cannot take an image refuses it, and the run fails with its
+words):
+
+* system prompt → a leading ``system`` message;
+* image → an ``image_url`` part holding a ``data:`` URL;
+* ``tool_result`` blocks of a user message → ``tool`` messages (placed first,
+  as the API wants them right after the assistant's ``tool_calls``);
+* ``tool_use`` → ``tool_calls`` with JSON ``arguments``;
+* a user message of a single text block → a plain string (the form every
+  compatible server accepts), anything else → a list of parts;
+* reasoning this provider produced is not echoed (Chat Completions has no
+  place for it and some servers refuse it); reasoning from another provider
+  becomes ``<thinking>`` text;
+* unknown block types pass unchanged as parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import orjson
+
+from ..messages import LLMMessage, validate_messages
+from ..results import TokenUsage
+from .http import ProviderHTTP, error_text
+from .sse import SSEEvent, aiter_sse, parse_json_data
+from .types import (
+    ChatRequest,
+    ChatResponse,
+    ReasoningDelta,
+    StreamDelta,
+    TextDelta,
+    ToolUseDelta,
+    TurnBuilder,
+    TurnEnd,
+)
+
+__all__ = ["DEFAULT_BASE_URL", "OpenAIAdapter", "build_body"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+PROVIDER = "openai"
+_DONE = b"[DONE]"
+
+
+def _data_url(source: Mapping[str, Any]) -> str:
+    if source.get("type") == "url":
+        return str(source["url"])
+    return f"data:{source['media_type']};base64,{source['data']}"
+
+
+def _part(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    """One content part; ``None`` for reasoning of this provider (not echoed)."""
+    kind = block["type"]
+    if kind == "text":
+        return {"type": "text", "text": block["text"]}
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": _data_url(block["source"])}}
+    if kind == "file":
+        return {
+            "type": "file",
+            "file": {"filename": block["filename"], "file_data": _data_url(block["source"])},
+        }
+    if kind == "reasoning":
+        if block.get("provenance") == PROVIDER:
+            return None
+        return {"type": "text", "text": f"<thinking>{block['text']}</thinking>"}
+    return dict(block)
+
+
+def _tool_message(block: Mapping[str, Any]) -> dict[str, Any]:
+    content = block["content"]
+    if not isinstance(content, str):
+        content = [p for p in (_part(part) for part in content) if p is not None]
+    return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}
+
+
+def _user(message: LLMMessage) -> list[dict[str, Any]]:
+    blocks: list[Any] = message["content"]
+    out = [_tool_message(b) for b in blocks if b["type"] == "tool_result"]
+    rest = [b for b in blocks if b["type"] != "tool_result"]
+    if len(rest) == 1 and rest[0]["type"] == "text":
+        out.append({"role": "user", "content": rest[0]["text"]})
+    elif rest or not out:
+        parts = [p for p in (_part(b) for b in rest) if p is not None]
+        out.append({"role": "user", "content": parts})
+    return out
+
+
+def _assistant(message: LLMMessage) -> dict[str, Any]:
+    blocks: list[Any] = message["content"]
+    calls = [
+        {
+            "id": b["id"],
+            "type": "function",
+            "function": {"name": b["name"], "arguments": orjson.dumps(b["input"]).decode()},
+        }
+        for b in blocks
+        if b["type"] == "tool_use"
+    ]
+    parts = [p for p in (_part(b) for b in blocks if b["type"] != "tool_use") if p is not None]
+    content: Any
+    if all(p["type"] == "text" for p in parts):
+        content = "".join(p["text"] for p in parts) if parts else None
+    else:
+        content = parts
+    out: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def build_body(request: ChatRequest, *, stream: bool) -> dict[str, Any]:
+    """The JSON body of a Chat Completions call."""
+    messages: list[dict[str, Any]] = []
+    if request.system_prompt:
+        messages.append({"role": "system", "content": request.system_prompt})
+    for message in request.messages:
+        if message["role"] == "assistant":
+            messages.append(_assistant(message))
+        else:
+            messages.extend(_user(message))
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                },
+            }
+            for t in request.tools
+        ]
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _usage(raw: Any, into: TokenUsage) -> None:
+    if isinstance(raw, dict):
+        into.input_tokens = int(raw.get("prompt_tokens") or 0)
+        into.output_tokens = int(raw.get("completion_tokens") or 0)
+
+
+def _reasoning_text(delta: Mapping[str, Any]) -> str | None:
+    """vLLM and DeepSeek say ``reasoning_content``; Ollama and OpenRouter ``reasoning``."""
+    text = delta.get("reasoning_content") or delta.get("reasoning")
+    return text if isinstance(text, str) and text else None
+
+
+class OpenAIAdapter:
+    """The :class:`~oma_bridge.llm.types.LLMAdapter` of Chat Completions."""
+
+    provider = PROVIDER
+
+    def __init__(self, http: ProviderHTTP, base_url: str | None = None) -> None:
+        self.http = http
+        self.url = (base_url or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+
+    def _headers(self) -> dict[str, str]:
+        key = self.http.api_key()
+        return {"authorization": f"Bearer {key}"} if key is not None else {}
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        validate_messages(request.messages)
+        data = await self.http.post_json(
+            self.url, self._headers(), build_body(request, stream=False)
+        )
+        try:
+            message = data["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError):
+            raise self.http.error(f"unexpected answer: {str(data)[:200]}") from None
+        turn = TurnBuilder()
+        reasoning = _reasoning_text(message)
+        if reasoning:
+            turn.reasoning(reasoning, PROVIDER)
+            turn.boundary()
+        if isinstance(message.get("content"), str) and message["content"]:
+            turn.text(message["content"])
+        calls = _ToolCalls(self.http)
+        for i, call in enumerate(message.get("tool_calls") or []):
+            calls.add({**call, "index": i})
+        for block in calls.blocks():
+            turn.block(block)
+        _usage(data.get("usage"), turn.usage)
+        turn.stop_reason = data["choices"][0].get("finish_reason")
+        return turn.response()
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamDelta]:
+        validate_messages(request.messages)
+        headers = {**self._headers(), "accept": "text/event-stream"}
+        async with self.http.open(self.url, headers, build_body(request, stream=True)) as response:
+            async for delta in self._decode(aiter_sse(self.http.aiter_bytes(response))):
+                yield delta
+
+    async def _decode(self, events: AsyncIterator[SSEEvent]) -> AsyncIterator[StreamDelta]:
+        turn = TurnBuilder()
+        calls = _ToolCalls(self.http)
+        done = False
+        async for event in events:
+            if event.data == _DONE:
+                done = True
+                break
+            data = parse_json_data(event, PROVIDER)
+            if not isinstance(data, dict):
+                continue
+            if "error" in data:
+                raise self.http.error(f"stream error: {error_text(data) or event.data!r}")
+            for choice in data.get("choices") or ():
+                delta = choice.get("delta") or {}
+                reasoning = _reasoning_text(delta)
+                if reasoning:
+                    turn.reasoning(reasoning, PROVIDER)
+                    yield ReasoningDelta(reasoning)
+                text = delta.get("content")
+                if isinstance(text, str) and text:
+                    turn.text(text)
+                    yield TextDelta(text)
+                for call in delta.get("tool_calls") or ():
+                    calls.add(call)
+                if choice.get("finish_reason"):
+                    turn.stop_reason = choice["finish_reason"]
+            if data.get("usage"):
+                _usage(data["usage"], turn.usage)
+        if not done and turn.stop_reason is None:
+            raise self.http.error("stream ended before [DONE]")
+        for block in calls.blocks():
+            turn.block(block)
+            yield ToolUseDelta(block)
+        yield TurnEnd(turn.response())
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+class _ToolCalls:
+    """Tool calls arrive in pieces keyed by ``index``: id and name once, arguments in bits."""
+
+    def __init__(self, http: ProviderHTTP) -> None:
+        self.http = http
+        self.calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, piece: Mapping[str, Any]) -> None:
+        call = self.calls.setdefault(int(piece.get("index", 0)), {"arguments": []})
+        function = piece.get("function") or {}
+        if piece.get("id"):
+            call["id"] = piece["id"]
+        if function.get("name"):
+            call["name"] = function["name"]
+        if function.get("arguments"):
+            call["arguments"].append(function["arguments"])
+
+    def blocks(self) -> list[dict[str, Any]]:
+        blocks = []
+        for index in sorted(self.calls):
+            call = self.calls[index]
+            name = call.get("name", "")
+            raw = "".join(call["arguments"])
+            try:
+                arguments = orjson.loads(raw) if raw.strip() else {}
+            except orjson.JSONDecodeError:
+                raise self.http.error(f"tool call {name!r} arguments are not JSON") from None
+            if not isinstance(arguments, dict):
+                raise self.http.error(f"tool call {name!r} arguments are not a JSON object")
+            call_id = call.get("id") or f"call_{index}"
+            blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
+        return blocks
