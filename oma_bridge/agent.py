@@ -195,7 +195,12 @@ class Agent:
 
     # -- input preparation: the one place where input enters ---------------
 
-    def _prepare_run_input(self, run_input: object) -> list[LLMMessage]:
+    def prepare_run_input(self, run_input: object) -> list[LLMMessage]:
+        """Guard, boundary check and copy of ``run``/``stream`` input, in that order.
+
+        The daemon and the orchestrator call it at request time so that bad
+        input is refused before anything is queued or observed.
+        """
         if isinstance(run_input, str):
             return [text_message(run_input)]
         validate_messages(run_input)
@@ -203,7 +208,8 @@ class Agent:
             raise boundary_structured_error(self.kind)
         return copy_messages(run_input)  # type: ignore[arg-type]  # the guard proved the shape
 
-    def _prepare_prompt_input(self, prompt_input: object) -> LLMMessage:
+    def prepare_prompt_input(self, prompt_input: object) -> LLMMessage:
+        """The same for ``prompt`` input: one user message."""
         if isinstance(prompt_input, str):
             return text_message(prompt_input)
         validate_content_blocks(prompt_input)
@@ -219,8 +225,8 @@ class Agent:
         Invalid input raises :class:`InvalidMessageError` before any hook or
         state change; every other failure comes back as a failed result.
         """
-        messages = self._prepare_run_input(run_input)
-        return await self._execute(messages, run_id=run_id)
+        messages = self.prepare_run_input(run_input)
+        return await self.execute(messages, run_id=run_id)
 
     def stream(self, run_input: AgentRunInput, *, run_id: str | None = None) -> RunStream:
         """Validate now, then return an async iterator of :class:`StreamEvent`.
@@ -231,7 +237,7 @@ class Agent:
         (``break``, ``aclose()``, ``async with``) cancels the run and ends its
         processes.
         """
-        messages = self._prepare_run_input(run_input)
+        messages = self.prepare_run_input(run_input)
         return RunStream(self, messages, run_id or _new_run_id())
 
     async def prompt(
@@ -243,10 +249,10 @@ class Agent:
         the run, so a failed run keeps it; the run's messages follow it.
         Invalid input raises and is not stored.
         """
-        turn = self._prepare_prompt_input(prompt_input)
+        turn = self.prepare_prompt_input(prompt_input)
         async with self._prompt_lock:
             self._history.append(copy_messages([turn])[0])
-            result = await self._execute(copy_messages(self._history), run_id=run_id)
+            result = await self.execute(copy_messages(self._history), run_id=run_id)
             self._history.extend(copy_messages(result.messages))
             return result
 
@@ -302,7 +308,7 @@ class Agent:
                 self._backend = create_llm_backend(self.config)
         return self._backend
 
-    async def _execute(
+    async def execute(
         self,
         messages: list[LLMMessage],
         *,
@@ -311,7 +317,10 @@ class Agent:
         max_token_budget: int | None = None,
         raise_callback_errors: bool = False,
     ) -> AgentRunResult:
-        """Hooks, backend and outcome rules for one run; never raises for a run failure.
+        """Run already prepared input: hooks, backend, outcome rules.
+
+        Never raises for a run failure.  ``max_token_budget`` narrows the
+        agent's own ceiling (the smallest applies).
 
         ``raise_callback_errors`` makes a hook failure raise :class:`_HookFailed`
         (carrying the failed result) so a stream can end with ``error`` alone.
@@ -603,7 +612,7 @@ async def _produce(
     """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook)."""
     async with send:
         try:
-            result = await agent._execute(
+            result = await agent.execute(
                 messages, run_id=run_id, emit=send.send, raise_callback_errors=True
             )
         except _HookFailed as failed:

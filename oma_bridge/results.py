@@ -18,6 +18,7 @@ __all__ = [
     "AgentRunResult",
     "ErrorInfo",
     "ErrorKind",
+    "RunIdentity",
     "RunStatus",
     "StatusCode",
     "StreamEvent",
@@ -113,6 +114,24 @@ class ErrorInfo:
         return wire
 
 
+@dataclass(frozen=True)
+class RunIdentity:
+    """Who a run is in traces: set by ``OpenMultiAgent.run_agent``."""
+
+    run_id: str
+    attempt: int
+    trace_id: str  # 32 hex digits
+    root_span_id: str  # 16 hex digits
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "attempt": self.attempt,
+            "traceId": self.trace_id,
+            "rootSpanId": self.root_span_id,
+        }
+
+
 @dataclass
 class AgentRunResult:
     """The outcome of one run; ``success`` is true exactly when ``status.code == "ok"``."""
@@ -126,6 +145,8 @@ class AgentRunResult:
     status: RunStatus = field(default_factory=RunStatus)
     error_info: ErrorInfo | None = None
     budget_exceeded: bool = False
+    #: Set by ``run_agent`` only; an extension of the wire shape (docs/protocol.md).
+    identity: RunIdentity | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -141,6 +162,8 @@ class AgentRunResult:
             wire["errorInfo"] = self.error_info.to_wire()
         if self.budget_exceeded:
             wire["budgetExceeded"] = True
+        if self.identity is not None:
+            wire["identity"] = self.identity.to_wire()
         return wire
 
 

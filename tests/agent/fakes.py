@@ -39,6 +39,8 @@ class ScriptedConfig:
     budget_exceeded: bool = False
     cancelled: bool = False
     usage: tuple[int, int] = (3, 2)
+    #: Emit one tool_use / tool_result pair per word, as an LLM tool loop would.
+    tool_events: bool = False
 
     def create(self, agent: Any) -> Backend:
         self.journal.created += 1
@@ -63,7 +65,16 @@ class ScriptedBackend:
         )
         text = last_user_text(ctx.messages, "\n").strip()
         try:
-            for word in text.split():
+            for index, word in enumerate(text.split()):
+                if self.config.tool_events:
+                    use = {"type": "tool_use", "id": f"t{index}", "name": "lookup", "input": {}}
+                    await ctx.emit(StreamEvent("tool_use", use))
+                    await ctx.emit(
+                        StreamEvent(
+                            "tool_result",
+                            {"type": "tool_result", "tool_use_id": f"t{index}", "content": word},
+                        )
+                    )
                 await ctx.emit(StreamEvent("text", word + " "))
                 if self.config.delay_s:
                     await anyio.sleep(self.config.delay_s)
