@@ -1,0 +1,153 @@
+"""``ProcessBackend``: one supervised command per run (reference §9, PROTOCOL §11.1-5)."""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+import signal
+
+import anyio
+import anyio.to_thread
+
+from ..backend import BackendKind, BackendOutcome, RunContext
+from ..errors import BackendError, RunTimeoutError
+from ..messages import LLMMessage, last_user_text
+from ..results import StreamEvent
+from .config import ProcessConfig
+from .supervisor import SupervisedProcess, Supervisor, default_supervisor
+
+__all__ = ["ProcessBackend", "build_prompt"]
+
+#: After the child exits, how long descendants that escaped its group may
+#: keep its stdout or stderr open before they are hunted down by tag.
+_EXIT_LINGER_S = 1.0
+
+
+def build_prompt(system_prompt: str | None, messages: list[LLMMessage]) -> str:
+    """The prompt text: trimmed system prompt and last user text, blank-line joined.
+
+    Empty parts are dropped (PROTOCOL §11.1-2).
+    """
+    parts = ((system_prompt or "").strip(), last_user_text(messages, "\n").strip())
+    return "\n\n".join(part for part in parts if part)
+
+
+class ProcessBackend:
+    """Runs the configured command once per run; keeps no state between runs."""
+
+    external = True
+    kind: BackendKind = "process"
+
+    def __init__(self, config: ProcessConfig, supervisor: Supervisor | None = None) -> None:
+        self.config = config
+        self._supervisor = supervisor
+        # Resolved once, against the folder the backend was created in.
+        self._cwd = os.path.abspath(config.cwd) if config.cwd else None  # noqa: PTH100
+
+    async def run(self, ctx: RunContext) -> BackendOutcome:
+        label = ctx.agent_name or "process"
+        prompt = build_prompt(ctx.system_prompt, ctx.messages)
+        config = self.config
+        if config.input != "none" and not prompt:
+            raise BackendError(f'Process backend "{label}" received an empty prompt.')
+        argv = [config.command, *config.args]
+        if config.input == "argument":
+            argv.append(prompt)
+        with anyio.move_on_after(config.timeout_s):
+            return await self._run(ctx, label, argv, prompt)
+        assert config.timeout_s is not None
+        raise RunTimeoutError.for_agent(label, round(config.timeout_s * 1000))
+
+    async def _run(
+        self, ctx: RunContext, label: str, argv: list[str], prompt: str
+    ) -> BackendOutcome:
+        config = self.config
+        cwd = self._cwd
+        supervisor = self._supervisor or default_supervisor()
+        try:
+            process = await supervisor.spawn(
+                argv,
+                env=config.env,
+                cwd=cwd,
+                stdin=config.input == "stdin",
+                stderr_tail_bytes=config.stderr_tail_bytes,
+            )
+        except OSError as error:
+            reason = error.strerror or str(error)
+            where = f' (cwd "{cwd}")' if cwd is not None and error.filename == cwd else ""
+            message = f'Process backend "{label}" could not start "{config.command}": {reason}'
+            raise BackendError(message + where) from error
+        try:
+            output = await self._exchange(process, ctx, label, prompt)
+            code = await process.wait()
+            if code != 0:
+                raise BackendError(_exit_message(label, code, process.stderr.text()))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await process.stop(config.stop_grace_s)
+        messages: list[LLMMessage] = []
+        if output:
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": output}]})
+        return BackendOutcome(output=output, messages=messages)
+
+    async def _exchange(
+        self, process: SupervisedProcess, ctx: RunContext, label: str, prompt: str
+    ) -> str:
+        """Deliver the prompt and stream stdout until its end; the whole of stdout."""
+        cap = self.config.max_output_bytes
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        parts: list[str] = []
+        received = 0
+        async with anyio.create_task_group() as tasks:
+            if process.stdin is not None:
+                tasks.start_soon(_deliver, process, prompt.encode())
+            tasks.start_soon(_sweep_after_exit, process)
+            async for chunk in process.stdout:
+                received += len(chunk)
+                if received > cap:
+                    raise BackendError(
+                        f'Process backend "{label}" exceeded max_output_bytes:'
+                        f" more than {cap} bytes of stdout"
+                    )
+                if text := decoder.decode(chunk):
+                    parts.append(text)
+                    await ctx.emit(StreamEvent("text", text))
+            if text := decoder.decode(b"", final=True):
+                parts.append(text)
+                await ctx.emit(StreamEvent("text", text))
+            await process.wait_closed()
+            tasks.cancel_scope.cancel()
+        return "".join(parts)
+
+
+async def _deliver(process: SupervisedProcess, data: bytes) -> None:
+    """Write the prompt and close stdin; a child that does not read it is fine."""
+    assert process.stdin is not None
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await process.stdin.send(data)
+    await process.stdin.aclose()
+
+
+async def _sweep_after_exit(process: SupervisedProcess) -> None:
+    """Once the child exits, end what it left behind, which may hold our pipes open.
+
+    Its group goes at once (the reference kills the tree when the child is
+    done); descendants that left the group get a moment, then the tag scan.
+    """
+    await process.wait()
+    process.signal_group(signal.SIGKILL)
+    await anyio.sleep(_EXIT_LINGER_S)
+    await anyio.to_thread.run_sync(process.kill_escapees)
+
+
+def _exit_message(label: str, code: int, stderr: str) -> str:
+    if code >= 0:
+        status = f"code {code}"
+    else:
+        try:
+            status = f"signal {signal.Signals(-code).name}"
+        except ValueError:  # a real-time signal has no name
+            status = f"signal {-code}"
+    message = f'Process backend "{label}" exited with {status}'
+    return f"{message}: {stderr}" if stderr else message
