@@ -1,0 +1,183 @@
+"""The daemon's entry point: :func:`serve`.
+
+Start-up, in order: read the token (``token_file`` or a fresh one), take the
+runtime folder (0700, lock file), bind every listener, and only then write
+the discovery file and report readiness.  Shutdown (:meth:`RunningServer.stop`,
+SIGTERM/SIGINT with ``handle_signals``, or cancelling the caller's scope):
+remove the discovery file, close the listeners and every connection (1001,
+which cancels the runs they started), wait at most ``stop_grace_s``, remove
+the socket file and release the folder.
+
+Usage from a task group (tests, the CLI)::
+
+    async with anyio.create_task_group() as tg:
+        running = await tg.start(serve, config)
+        ...                      # running.url, running.socket_path, running.token
+        running.stop()           # serve() returns after a clean shutdown
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .auth import RequestPolicy, load_token
+from .config import ServerConfig
+from .connection import Gateway
+from .discovery import remove_discovery, write_discovery
+from .listeners import (
+    ConnectionSlots,
+    Listener,
+    hold_runtime_dir,
+    open_tcp_listener,
+    open_unix_listener,
+)
+from .methods import MethodRegistry, parse_params
+from .params import NoParams
+from .paths import default_runtime_dir
+from .session import Session
+
+__all__ = ["RunningServer", "serve"]
+
+logger = logging.getLogger("oma_bridge.server")
+
+
+@dataclass(eq=False)
+class RunningServer:
+    """A started daemon: where it listens, its token, and :meth:`stop`."""
+
+    socket_path: Path | None
+    url: str | None
+    port: int | None
+    discovery_path: Path
+    gateway: Gateway
+    token: str = field(repr=False)
+    _slots: ConnectionSlots = field(repr=False)
+    _stopping: anyio.Event = field(default_factory=anyio.Event, repr=False)
+
+    def stop(self) -> None:
+        """Ask for a clean shutdown; :func:`serve` returns once it is done."""
+        self._stopping.set()
+
+    @property
+    def connections(self) -> int:
+        """Connections currently counted against ``max_connections``."""
+        return len(self._slots)
+
+
+def _builtin_methods(gateway: Gateway) -> MethodRegistry:
+    methods = MethodRegistry()
+
+    @methods.method("agents/list")
+    async def agents_list(session: Session, params: Any) -> dict[str, Any]:
+        parse_params(NoParams, params)
+        return {"agents": gateway.agent_infos}
+
+    return methods
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    methods: MethodRegistry | None = None,
+    handle_signals: bool = False,
+    task_status: anyio.abc.TaskStatus[RunningServer] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the daemon until stopped; see the module docstring.
+
+    ``methods`` are the wire methods beyond the built-in ``agents/list``.
+    ``handle_signals`` turns SIGTERM and SIGINT into a clean stop (main
+    thread only).  Start-up failures raise
+    :class:`~oma_bridge.server.config.ConfigError` (the token file) or
+    :class:`~oma_bridge.server.listeners.StartupError`, before readiness.
+    """
+    settings = config.server
+    token = load_token(config)
+    registry = MethodRegistry()
+    gateway = Gateway(config, registry)
+    registry.include(_builtin_methods(gateway))
+    if methods is not None:
+        registry.include(methods)
+    policy = RequestPolicy(token, settings)
+    slots = ConnectionSlots(settings.max_connections)
+    options: dict[str, Any] = {
+        "policy": policy,
+        "slots": slots,
+        "max_message_bytes": settings.max_message_bytes,
+    }
+    folder = settings.discovery_dir
+    listeners: list[Listener] = []
+    with hold_runtime_dir(folder, fix_mode=folder == default_runtime_dir()):
+        try:
+            if settings.socket is not None:
+                listeners.append(
+                    await open_unix_listener(settings.socket, gateway.handler("unix"), **options)
+                )
+            if settings.tcp is not None:
+                listeners.append(
+                    await open_tcp_listener(settings.tcp, gateway.handler("tcp"), **options)
+                )
+            tcp = next((listener for listener in listeners if listener.kind == "tcp"), None)
+            url = tcp.url if tcp is not None else None
+            discovery = write_discovery(folder, socket=settings.socket, url=url, token=token)
+            try:
+                running = RunningServer(
+                    socket_path=settings.socket,
+                    url=url,
+                    port=tcp.port if tcp is not None else None,
+                    discovery_path=discovery,
+                    gateway=gateway,
+                    token=token,
+                    _slots=slots,
+                )
+                logger.info(
+                    "oma-bridge ready: socket %s, tcp %s, discovery %s",
+                    settings.socket,
+                    url,
+                    discovery,
+                )
+                task_status.started(running)
+                await _wait_for_stop(running, handle_signals)
+            finally:
+                remove_discovery(discovery)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _close(listeners, settings.stop_grace_s)
+    logger.info("oma-bridge stopped")
+
+
+async def _wait_for_stop(running: RunningServer, handle_signals: bool) -> None:
+    if not handle_signals:
+        await running._stopping.wait()
+        return
+    async with anyio.create_task_group() as tg:
+
+        async def on_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    logger.info("received %s; stopping", signal.Signals(signum).name)
+                    running.stop()
+                    return
+
+        tg.start_soon(on_signals)
+        await running._stopping.wait()
+        tg.cancel_scope.cancel()
+
+
+async def _close(listeners: list[Listener], grace: float) -> None:
+    for listener in listeners:
+        listener.server.close(close_connections=True)
+    with anyio.move_on_after(grace + 1.0):
+        for listener in listeners:
+            await listener.server.wait_closed()
+    for listener in listeners:
+        if listener.path is not None:
+            with contextlib.suppress(OSError):
+                listener.path.unlink()

@@ -1,0 +1,228 @@
+"""The token and every check made on an HTTP request before the WebSocket upgrade.
+
+:class:`RequestPolicy` is sans-I/O: it looks at a request's target and
+headers and says what to answer (:class:`Answer`), or ``None`` to let the
+upgrade go on.  The order of the checks, first match wins:
+
+1. ``GET /healthz`` → 200 ``ok``, no authentication, nothing else revealed;
+2. a ``token`` in the query string → 400, even a correct one: a token in a
+   URL ends up in histories and proxy logs, so the client is told loudly
+   whatever else the request is;
+3. not a WebSocket upgrade → 404;
+4. TCP only: ``Host`` must be ``127.0.0.1:PORT``, ``localhost:PORT``,
+   ``[::1]:PORT``, the listener's own IP address, or a configured name, with
+   the port the request came in on → else 403 (DNS rebinding);
+5. ``Origin`` absent or exactly one of ``allowed_origins`` → else 403 (two
+   Origin headers: 403);
+6. offering ``oma-bridge.auth.<token>`` without ``oma-bridge.v1`` → 400;
+7. the token, by ``Authorization: Bearer`` or by subprotocol, compared with
+   :func:`hmac.compare_digest`: required on TCP, and on the unix socket when
+   ``require_token_on_unix`` is set; a credential that is presented is
+   always checked, even where none is required → 401.
+
+The connection limit (503) comes after these, in the listener, so that only
+authenticated clients learn that the daemon is busy.  Rejection bodies are the
+bare status phrase; the reason goes to the daemon's log, and neither ever
+contains the token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Literal
+from urllib.parse import parse_qsl, urlsplit
+
+from websockets.datastructures import Headers
+from websockets.exceptions import InvalidHeader
+from websockets.headers import parse_subprotocol
+
+from .config import ServerConfig, ServerSection
+
+__all__ = [
+    "AUTH_SUBPROTOCOL_PREFIX",
+    "MIN_TOKEN_LENGTH",
+    "SUBPROTOCOL",
+    "Answer",
+    "ListenerKind",
+    "RequestPolicy",
+    "generate_token",
+    "load_token",
+    "select_subprotocol",
+]
+
+SUBPROTOCOL = "oma-bridge.v1"
+AUTH_SUBPROTOCOL_PREFIX = "oma-bridge.auth."
+MIN_TOKEN_LENGTH = 32
+HEALTHZ_PATH = "/healthz"
+
+ListenerKind = Literal["unix", "tcp"]
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer instead of the upgrade: status, body, and a reason for the log."""
+
+    status: HTTPStatus
+    body: str
+    reason: str
+
+    @classmethod
+    def refuse(cls, status: HTTPStatus, reason: str) -> Answer:
+        return cls(status, f"{status.phrase}\n", reason)
+
+
+HEALTHY = Answer(HTTPStatus.OK, "ok", "health check")
+
+
+def generate_token() -> str:
+    """A fresh token: 32 random bytes as hex."""
+    return secrets.token_hex(32)
+
+
+def load_token(config: ServerConfig) -> str:
+    """The token of this start: from ``token_file`` when set, else a fresh one.
+
+    The file must belong to the daemon's user and be readable by nobody else
+    (mode 0600 or 0400); its content, stripped, is the token: at least 32
+    visible ASCII characters.  Any problem is a :class:`ConfigError` about
+    ``server.token_file``; the content is never part of a message.
+    """
+    path = config.server.token_file
+    if path is None:
+        return generate_token()
+    key = "server.token_file"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise config.error(key, f"cannot open {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise config.error(key, f"{path} is not a regular file")
+        if info.st_uid != os.getuid():
+            raise config.error(key, f"{path} belongs to another user")
+        if info.st_mode & 0o077:
+            mode = stat.S_IMODE(info.st_mode)
+            raise config.error(key, f"{path} has mode {mode:04o}; it must be 0600")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            raw = file.read(64 * 1024)
+    finally:
+        os.close(fd)
+    try:
+        token = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise config.error(key, "the token must be ASCII") from None
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise config.error(key, f"the token must have at least {MIN_TOKEN_LENGTH} characters")
+    if not all("!" <= char <= "~" for char in token):
+        raise config.error(key, "the token must not contain spaces or control characters")
+    return token
+
+
+def select_subprotocol(offered: list[str] | tuple[str, ...]) -> str | None:
+    """``oma-bridge.v1`` when offered, else no subprotocol; the auth entry is never selected."""
+    return SUBPROTOCOL if SUBPROTOCOL in offered else None
+
+
+def _same(presented: str, token: bytes) -> bool:
+    try:
+        candidate = presented.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(candidate, token)
+
+
+class RequestPolicy:
+    """The pre-upgrade checks of one daemon (see the module docstring for the order)."""
+
+    def __init__(self, token: str, settings: ServerSection) -> None:
+        self._token = token.encode("ascii")
+        self._settings = settings
+        self._origins = frozenset(settings.allowed_origins)
+        # The listener's own address is a fine Host: an IP literal cannot be rebound.
+        extra = list(settings.allowed_hosts)
+        if settings.tcp is not None:
+            try:
+                address = ipaddress.ip_address(settings.tcp.host)
+            except ValueError:
+                pass
+            else:
+                if not address.is_unspecified:
+                    extra.append(f"[{address}]" if address.version == 6 else str(address))
+        self._host_names = frozenset((*_LOOPBACK_NAMES, *extra))
+
+    def check(
+        self, target: str, headers: Headers, listener: ListenerKind, port: int | None
+    ) -> Answer | None:
+        """What to answer to a request for ``target``; ``None`` lets the upgrade proceed.
+
+        ``port`` is the local port the request arrived on (TCP only).
+        """
+        url = urlsplit(target)
+        if url.path == HEALTHZ_PATH:
+            return HEALTHY
+        if any(name == "token" for name, _ in parse_qsl(url.query, keep_blank_values=True)):
+            return Answer.refuse(HTTPStatus.BAD_REQUEST, "token in the query string")
+        if not _is_upgrade(headers):
+            return Answer.refuse(HTTPStatus.NOT_FOUND, "not a WebSocket upgrade")
+        if listener == "tcp" and not self._host_ok(headers, port):
+            return Answer.refuse(HTTPStatus.FORBIDDEN, "Host not allowed")
+        origins = headers.get_all("Origin")
+        if len(origins) > 1 or (origins and origins[0] not in self._origins):
+            return Answer.refuse(HTTPStatus.FORBIDDEN, "Origin not allowed")
+        return self._check_credentials(headers, listener)
+
+    def _host_ok(self, headers: Headers, port: int | None) -> bool:
+        hosts = headers.get_all("Host")
+        if len(hosts) != 1 or port is None:
+            return False
+        name, sep, host_port = hosts[0].rpartition(":")
+        if not sep or not host_port.isdigit() or int(host_port) != port:
+            return False  # no port at all (an IPv6 literal alone ends in "]")
+        return name.lower() in self._host_names
+
+    def _check_credentials(self, headers: Headers, listener: ListenerKind) -> Answer | None:
+        try:
+            offered = [
+                p
+                for value in headers.get_all("Sec-WebSocket-Protocol")
+                for p in parse_subprotocol(value)
+            ]
+        except InvalidHeader:
+            return Answer.refuse(HTTPStatus.BAD_REQUEST, "malformed Sec-WebSocket-Protocol")
+        presented = [
+            p[len(AUTH_SUBPROTOCOL_PREFIX) :]
+            for p in offered
+            if p.startswith(AUTH_SUBPROTOCOL_PREFIX)
+        ]
+        if presented and SUBPROTOCOL not in offered:
+            return Answer.refuse(HTTPStatus.BAD_REQUEST, "auth subprotocol without oma-bridge.v1")
+        authorization = headers.get_all("Authorization")
+        if len(authorization) > 1:
+            return Answer.refuse(HTTPStatus.UNAUTHORIZED, "several Authorization headers")
+        if authorization:
+            scheme, _, credential = authorization[0].strip().partition(" ")
+            if scheme.lower() != "bearer":
+                return Answer.refuse(HTTPStatus.UNAUTHORIZED, "not a Bearer Authorization")
+            presented.append(credential.strip())
+        if not presented:
+            if listener == "tcp" or self._settings.require_token_on_unix:
+                return Answer.refuse(HTTPStatus.UNAUTHORIZED, "no token")
+            return None
+        # Every presented credential must be right: a wrong one is never ignored.
+        if not all(_same(candidate, self._token) for candidate in presented):
+            return Answer.refuse(HTTPStatus.UNAUTHORIZED, "wrong token")
+        return None
+
+
+def _is_upgrade(headers: Headers) -> bool:
+    upgrade = ",".join(headers.get_all("Upgrade")).lower()
+    return "websocket" in upgrade

@@ -1,0 +1,84 @@
+"""The discovery file ``bridge.json``: how local clients find the daemon and its token.
+
+It lives in the socket's folder (also when there is no socket), mode 0600,
+and is written only after every listener is bound, atomically: a temp file
+in the same folder, ``fsync``, then ``rename``.  A reader therefore sees the
+old file, the new one, or none, never a partial one; when the disk is full
+the temp file is removed and the start fails with a clear error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import TypedDict
+
+import orjson
+
+from .._version import __version__
+from .listeners import StartupError
+from .paths import DISCOVERY_NAME
+
+__all__ = ["PROTOCOL_VERSION", "Discovery", "discovery_path", "remove_discovery", "write_discovery"]
+
+PROTOCOL_VERSION = 1
+
+
+class Discovery(TypedDict):
+    """The content of ``bridge.json``."""
+
+    pid: int
+    version: str
+    protocolVersion: int
+    socket: str | None
+    url: str | None
+    token: str
+
+
+def discovery_path(folder: Path) -> Path:
+    return folder / DISCOVERY_NAME
+
+
+def write_discovery(folder: Path, *, socket: Path | None, url: str | None, token: str) -> Path:
+    """Write ``bridge.json`` into ``folder`` atomically, mode 0600; returns its path."""
+    content: Discovery = {
+        "pid": os.getpid(),
+        "version": __version__,
+        "protocolVersion": PROTOCOL_VERSION,
+        "socket": str(socket) if socket is not None else None,
+        "url": url,
+        "token": token,
+    }
+    data = orjson.dumps(content, option=orjson.OPT_INDENT_2) + b"\n"
+    target = discovery_path(folder)
+    # mkstemp creates the file 0600 from the start.
+    fd, temp_name = tempfile.mkstemp(prefix=".bridge-", suffix=".json.tmp", dir=folder)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        Path(temp_name).replace(target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            Path(temp_name).unlink()
+        raise StartupError(
+            f"cannot write the discovery file {target}: {exc.strerror or exc}"
+        ) from None
+    return target
+
+
+def remove_discovery(path: Path) -> None:
+    """Remove the discovery file if it is still ours (a later daemon may own it now)."""
+    try:
+        raw = path.read_bytes()
+        if orjson.loads(raw).get("pid") != os.getpid():
+            return
+        path.unlink()
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return

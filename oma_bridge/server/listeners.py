@@ -1,0 +1,274 @@
+"""The daemon's listeners: a unix socket and an optional TCP port, both WebSocket servers.
+
+Both run the same :class:`~oma_bridge.server.auth.RequestPolicy` in
+``process_request`` (before the upgrade) and share one
+:class:`ConnectionSlots`, so that ``max_connections`` counts every listener
+together from the upgrade on.  The websockets options are fixed here:
+compression off, ``max_size`` = ``max_message_bytes`` (a larger frame closes
+that connection with 1009), keepalive pings on, no ``Server`` header.
+
+The runtime folder (the socket's folder, also home of the discovery file) is
+guarded by a lock file held for the daemon's life: a second daemon on the
+same folder is refused with a clear error.  A socket file left by a dead
+daemon is replaced; one that still answers is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import socket
+import stat
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+import anyio
+from websockets.asyncio.server import Server, ServerConnection, serve, unix_serve
+from websockets.http11 import Request, Response
+from websockets.protocol import State
+from websockets.typing import Subprotocol
+
+from .auth import Answer, ListenerKind, RequestPolicy, select_subprotocol
+from .config import TcpEndpoint
+from .paths import LOCK_NAME
+
+__all__ = [
+    "KEEPALIVE_INTERVAL_S",
+    "ConnectionSlots",
+    "Listener",
+    "StartupError",
+    "hold_runtime_dir",
+    "open_tcp_listener",
+    "open_unix_listener",
+]
+
+logger = logging.getLogger("oma_bridge.server")
+#: websockets' own logger.  Pinned at INFO: its DEBUG output dumps request
+#: headers, and with them the token.
+wire_logger = logging.getLogger("oma_bridge.server.wire")
+wire_logger.setLevel(logging.INFO)
+
+KEEPALIVE_INTERVAL_S = 20.0
+
+ConnectionHandler = Callable[[ServerConnection], Awaitable[None]]
+
+
+class StartupError(Exception):
+    """The daemon cannot start (a listener, the runtime folder, the discovery file)."""
+
+
+class ConnectionSlots:
+    """The connections counted against ``max_connections``, across every listener.
+
+    A slot is taken in ``process_request`` once a request passed every check,
+    and given back when the connection's handler ends or its handshake fails.
+    Closed connections are pruned before counting, so that a handshake that
+    died between the two can never leak a slot.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: set[ServerConnection] = set()
+
+    def take(self, connection: ServerConnection) -> bool:
+        self._held = {c for c in self._held if c.protocol.state is not State.CLOSED}
+        if len(self._held) >= self.limit:
+            return False
+        self._held.add(connection)
+        return True
+
+    def release(self, connection: ServerConnection) -> None:
+        self._held.discard(connection)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One bound listener: its websockets server and where it listens."""
+
+    kind: ListenerKind
+    server: Server
+    #: The socket path (unix) or ``None``.
+    path: Path | None = None
+    #: The bound port (TCP) or ``None``.
+    port: int | None = None
+    #: The URL clients use (TCP) or ``None``.
+    url: str | None = None
+
+
+def _ensure_private_dir(folder: Path, *, fix_mode: bool) -> None:
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = folder.lstat()
+    except OSError as exc:
+        raise StartupError(f"cannot create the runtime folder {folder}: {exc.strerror}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise StartupError(f"{folder} is not a folder")
+    if info.st_uid != os.getuid():
+        raise StartupError(f"{folder} belongs to another user; refusing to use it")
+    if fix_mode and stat.S_IMODE(info.st_mode) != 0o700:
+        folder.chmod(0o700)
+
+
+@contextlib.contextmanager
+def hold_runtime_dir(folder: Path, *, fix_mode: bool) -> Iterator[None]:
+    """Create ``folder`` (0700), and hold its lock file for the daemon's life.
+
+    ``fix_mode`` tightens an existing folder to 0700 (the default runtime
+    folder, which is ours); a folder the user named is created 0700 but not
+    changed when it exists.
+    """
+    _ensure_private_dir(folder, fix_mode=fix_mode)
+    lock_path = folder / LOCK_NAME
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            raise StartupError(
+                f"another oma-bridge daemon (pid {holder}) is running with {folder}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # also releases the lock
+
+
+def _socket_is_live(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _clear_socket_path(path: Path) -> None:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise StartupError(f"{path} exists and is not a socket; refusing to replace it")
+    if _socket_is_live(path):
+        raise StartupError(f"a daemon is already listening on {path}")
+    logger.info("replacing the stale socket %s", path)
+    path.unlink(missing_ok=True)
+
+
+def _process_request(
+    policy: RequestPolicy, kind: ListenerKind, slots: ConnectionSlots
+) -> Callable[[ServerConnection, Request], Response | None]:
+    def process_request(connection: ServerConnection, request: Request) -> Response | None:
+        port = connection.local_address[1] if kind == "tcp" else None
+        answer = policy.check(request.path, request.headers, kind, port)
+        if answer is None and not slots.take(connection):
+            answer = Answer.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "connection limit reached")
+        if answer is None:
+            return None
+        if answer.status != HTTPStatus.OK:
+            logger.info("refused a %s request: %d %s", kind, answer.status.value, answer.reason)
+        response = connection.respond(answer.status, answer.body)
+        if answer.status == HTTPStatus.UNAUTHORIZED:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    return process_request
+
+
+def _server_options(
+    policy: RequestPolicy,
+    kind: ListenerKind,
+    slots: ConnectionSlots,
+    max_message_bytes: int,
+) -> dict[str, Any]:
+    def process_response(
+        connection: ServerConnection, request: Request, response: Response
+    ) -> None:
+        if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS:
+            slots.release(connection)
+
+    def choose(connection: ServerConnection, offered: Any) -> Subprotocol | None:
+        chosen = select_subprotocol(tuple(offered))
+        return Subprotocol(chosen) if chosen is not None else None
+
+    return {
+        "process_request": _process_request(policy, kind, slots),
+        "process_response": process_response,
+        "select_subprotocol": choose,
+        "compression": None,
+        "max_size": max_message_bytes,
+        "ping_interval": KEEPALIVE_INTERVAL_S,
+        "ping_timeout": KEEPALIVE_INTERVAL_S,
+        "server_header": None,
+        "logger": wire_logger,
+    }
+
+
+def _tracked(handler: ConnectionHandler, slots: ConnectionSlots) -> ConnectionHandler:
+    async def run(connection: ServerConnection) -> None:
+        try:
+            await handler(connection)
+        finally:
+            slots.release(connection)
+
+    return run
+
+
+async def open_unix_listener(
+    path: Path,
+    handler: ConnectionHandler,
+    *,
+    policy: RequestPolicy,
+    slots: ConnectionSlots,
+    max_message_bytes: int,
+) -> Listener:
+    """Bind the unix socket at ``path`` (mode 0600), replacing a stale one."""
+    await anyio.to_thread.run_sync(_clear_socket_path, path)
+    options = _server_options(policy, "unix", slots, max_message_bytes)
+    try:
+        server = await unix_serve(_tracked(handler, slots), str(path), **options)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {path}: {exc.strerror or exc}") from None
+    # The folder is 0700, which guards the moment between bind and chmod.
+    os.chmod(path, 0o600)  # noqa: PTH101 - one fast syscall, not worth a thread
+    return Listener("unix", server, path=path)
+
+
+async def open_tcp_listener(
+    endpoint: TcpEndpoint,
+    handler: ConnectionHandler,
+    *,
+    policy: RequestPolicy,
+    slots: ConnectionSlots,
+    max_message_bytes: int,
+) -> Listener:
+    """Bind the TCP listener (port 0 picks a free port; the bound one is reported)."""
+    options = _server_options(policy, "tcp", slots, max_message_bytes)
+    try:
+        server = await serve(_tracked(handler, slots), endpoint.host, endpoint.port, **options)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot listen on {endpoint.host}:{endpoint.port}: {exc.strerror or exc}"
+        ) from None
+    bound = server.sockets[0].getsockname()
+    host = "127.0.0.1" if endpoint.host in ("0.0.0.0", "localhost") else str(bound[0])
+    if host == "::":
+        host = "::1"
+    shown = f"[{host}]" if ":" in host else host
+    return Listener("tcp", server, port=int(bound[1]), url=f"ws://{shown}:{bound[1]}/")

@@ -1,0 +1,85 @@
+"""One client connection as method handlers see it: :class:`Session`.
+
+A session knows who the client is (after ``initialize``), what it declared
+(hooks, permissions), and how to talk back to it: :meth:`Session.notify` for
+``run/event`` and ``oma/progress``, :meth:`Session.request` for the daemon's
+own requests (``hook/*``, ``permission/request``).  Work that must end with
+the connection (a run it started) belongs in its handler, which the
+connection cancels when it closes; work that outlives it (an open agent)
+registers :meth:`Session.on_close` to learn that the connection is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..jsonrpc import Peer
+from .auth import ListenerKind
+from .params import Capabilities, ClientInfo, InitializeParams
+
+__all__ = ["Session"]
+
+logger = logging.getLogger("oma_bridge.server")
+
+
+class Session:
+    """One authenticated connection; created at the upgrade, closed with the socket."""
+
+    def __init__(self, session_id: str, listener: ListenerKind, peer: Peer) -> None:
+        self.id = session_id
+        self.listener = listener
+        self._peer = peer
+        self._on_close: list[Callable[[Session], None]] = []
+        #: Set by a successful ``initialize``.
+        self.init: InitializeParams | None = None
+        self.closed = False
+
+    @property
+    def initialized(self) -> bool:
+        return self.init is not None
+
+    @property
+    def client_info(self) -> ClientInfo | None:
+        return self.init.clientInfo if self.init is not None else None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.init.capabilities if self.init is not None else Capabilities()
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification; silently dropped once the connection is gone."""
+        if not self.closed:
+            await self._peer.notify(method, params)
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """Ask the client and wait for its answer.
+
+        Bound it with ``anyio.fail_after(hook_timeout_s)`` (or the permission
+        timeout): a cancelled wait sends the client ``$/cancel_request
+        {"id"}`` and ignores a late answer.  Raises
+        :class:`~oma_bridge.errors.WireError` for an error answer and
+        :class:`~oma_bridge.jsonrpc.ConnectionClosedError` when the
+        connection ends first.
+        """
+        return await self._peer.request(method, params)
+
+    def on_close(self, callback: Callable[[Session], None]) -> None:
+        """Call ``callback(session)`` once when the connection ends (or now, if it has)."""
+        if self.closed:
+            callback(self)
+        else:
+            self._on_close.append(callback)
+
+    def close(self) -> None:
+        """Mark the session closed and run its close callbacks (the connection does this)."""
+        if self.closed:
+            return
+        self.closed = True
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:
+                logger.exception("a close callback of connection %s failed", self.id)
