@@ -193,7 +193,7 @@ class _StreamDecoder:
                 yield TurnEnd(self.turn.response())
                 return
             elif kind == "error":
-                raise self.http.error(f"stream error: {error_text(data) or event.data!r}")
+                raise self.http.error(f"stream error: {error_text(data) or repr(event.data)}")
             # "ping" and event types added later are ignored, as the API asks.
         raise self.http.error("stream ended before message_stop")
 

@@ -220,7 +220,7 @@ class OpenAIAdapter:
             if not isinstance(data, dict):
                 continue
             if "error" in data:
-                raise self.http.error(f"stream error: {error_text(data) or event.data!r}")
+                raise self.http.error(f"stream error: {error_text(data) or repr(event.data)}")
             for choice in data.get("choices") or ():
                 delta = choice.get("delta") or {}
                 reasoning = _reasoning_text(delta)
