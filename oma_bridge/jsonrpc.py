@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, TypeGuard
 
@@ -65,6 +65,7 @@ __all__ = [
     "RpcCore",
     "encode",
     "id_key",
+    "unwrap_single_error",
 ]
 
 logger = logging.getLogger(__name__)
@@ -354,6 +355,22 @@ Send: TypeAlias = Callable[[bytes], Awaitable[None]]
 Receive: TypeAlias = Callable[[], Awaitable[object | None]]
 
 
+@contextlib.contextmanager
+def unwrap_single_error() -> Iterator[None]:
+    """Re-raise the lone error of a task group as itself.
+
+    The reader and the handlers never raise, so an error leaving a pumping
+    block is the block's own; callers should see it unwrapped, not in an
+    ``ExceptionGroup``.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from group.exceptions[0].__cause__
+        raise
+
+
 class PendingCall:
     """One request of ours in flight (see :meth:`Peer.start_request`)."""
 
@@ -470,14 +487,15 @@ class Peer:
         across runs) is served only while someone is waiting on it.  The
         ``receive`` callable must therefore be safe to cancel.
         """
-        async with anyio.create_task_group() as task_group:
-            self._task_group = task_group
-            task_group.start_soon(self._read_loop)
-            try:
-                yield
-            finally:
-                task_group.cancel_scope.cancel()
-                self._task_group = None
+        with unwrap_single_error():
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                task_group.start_soon(self._read_loop)
+                try:
+                    yield
+                finally:
+                    task_group.cancel_scope.cancel()
+                    self._task_group = None
 
     # -------------------------------------------------------------- sending
 
@@ -489,6 +507,10 @@ class Peer:
 
     async def notify(self, method: str, params: Any = None) -> None:
         await self.send(self.core.notify(method, params))
+
+    async def notify_quietly(self, method: str, params: Any = None) -> None:
+        """Send a notification, ignoring a transport that is already gone."""
+        await self._send_quietly(self.core.notify(method, params))
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Send a request and wait for its result; an error answer raises ``WireError``.

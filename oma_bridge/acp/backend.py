@@ -1,0 +1,492 @@
+"""``AcpBackend``: one ACP agent process and one protocol session, reused across runs.
+
+Lifecycle (PROTOCOL.md §11.23, §11.32-36; oma-semantics.md §10 and D3-D9):
+
+* **Lazy start.** The first run spawns the agent (own process group), sends
+  ``initialize`` (protocol 1, client info, the capabilities the profile
+  really serves), ``authenticate`` only with the profile's ``auth_method``
+  when the agent advertises it, then ``session/new`` (or ``session/resume`` /
+  ``session/load`` after a respawn, when advertised), then applies the
+  profile's model.  A pre-cancelled run never spawns (D5); a cancel or a
+  failure during start-up ends the half-started agent, and the next run
+  starts afresh.
+* **A run is one ``session/prompt``** with one text block; the system prompt
+  goes with the first turn of a session only.
+* **Cancel.** ``session/cancel``, every held permission request answered
+  ``cancelled``, then up to ``cancel_grace_s`` for the turn to end (any
+  answer or error ends it); past that the agent's tree is ended and the next
+  run respawns it.  The run itself always ends cancelled (D3).
+* **Crash or stdout EOF** fails every pending request and the run (exit
+  status and stderr tail in the message); the next run respawns.
+* :meth:`AcpBackend.aclose` ends the whole process tree.
+
+Why the connection is pumped only while a run (or a start, or a cancel) waits
+on it: a backend outlives any one task, and anyio task groups cannot be kept
+open across calls.  Between runs nothing reads the agent's pipes; what it
+writes meanwhile waits in the pipe, and updates that arrive when no turn is
+prompting are forwarded raw (before a prompt) or dropped as late (after).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from pydantic import ValidationError
+
+from .._version import __version__
+from ..backend import BackendOutcome, PermissionRequest, RunContext
+from ..errors import AuthRequiredError, BackendError, OMAError, WireError
+from ..jsonrpc import (
+    INTERNAL_ERROR,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    ConnectionClosedError,
+    Event,
+    Message,
+    Peer,
+    PendingCall,
+    RequestId,
+    unwrap_single_error,
+)
+from ..messages import last_user_text
+from ..redaction import redact
+from ..results import TokenUsage
+from . import fs
+from .config import AcpConfig
+from .permissions import CANCELLED_OUTCOME, choose_option, parse_options, selected
+from .schema import InitializeResponse, PromptResponse, SessionResponse
+from .stdio import AgentProcess, child_environment
+from .turn import Turn
+
+__all__ = ["AUTH_REQUIRED_CODE", "PROTOCOL_VERSION", "AcpBackend"]
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+AUTH_REQUIRED_CODE = -32000
+_CLIENT_NAME = "oma-bridge"
+
+
+@dataclass
+class _Live:
+    """One spawned agent: its process, its connection, what it said at start."""
+
+    process: AgentProcess
+    peer: Peer
+    init: InitializeResponse | None = None
+    session_id: str | None = None
+    #: The connection ended or the process was ended: never reuse it.
+    dead: bool = False
+
+
+class AcpBackend:
+    """The live ACP backend of one agent (see the module docstring)."""
+
+    external = True
+    kind = "acp"
+
+    def __init__(self, config: AcpConfig, *, agent_name: str | None = None) -> None:
+        self.config = config
+        self.label = agent_name or "agent"
+        self._cwd = config.resolved_cwd()
+        self._lock = anyio.Lock()
+        self._live: _Live | None = None
+        #: The session to resume after a respawn, when the agent can.
+        self._previous_session: str | None = None
+        self._session_is_fresh = True
+        self._usage_baseline = 0
+        self._turn: Turn | None = None
+        self._turn_counter = 0
+        self._ctx: RunContext | None = None
+        self._cancelling = False
+        self._closed = False
+
+    # -- public ------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the running agent (its process group id), if any."""
+        live = self._live
+        return live.process.pid if live is not None and not live.dead else None
+
+    @property
+    def session_id(self) -> str | None:
+        live = self._live
+        return live.session_id if live is not None and not live.dead else None
+
+    async def run(self, ctx: RunContext) -> BackendOutcome:
+        text = last_user_text(ctx.messages, "\n").strip()
+        if not text:
+            raise BackendError(f'ACP backend "{self.label}" received an empty prompt.')
+        # D5: a run cancelled before it starts never spawns anything.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if self._closed:
+            raise BackendError(f'ACP agent "{self.label}" is closed')
+        async with self._lock:
+            self._turn_counter += 1
+            turn = Turn(self._turn_counter, ctx.emit)
+            self._turn, self._ctx = turn, ctx
+            try:
+                return await self._run_turn(ctx, turn, text)
+            finally:
+                turn.finished = True
+                self._turn, self._ctx, self._cancelling = None, None, False
+
+    async def aclose(self) -> None:
+        """End the agent's whole process tree (no process of it survives)."""
+        self._closed = True
+        live, self._live = self._live, None
+        if live is not None:
+            live.dead = True
+            await live.process.terminate(self.config.stop_grace_s)
+
+    # -- one run -------------------------------------------------------------------
+
+    async def _run_turn(self, ctx: RunContext, turn: Turn, text: str) -> BackendOutcome:
+        live = self._live
+        if live is None or live.dead:
+            live = await self._start()
+        assert live.session_id is not None
+        if self._session_is_fresh and ctx.system_prompt and ctx.system_prompt.strip():
+            text = f"{ctx.system_prompt.strip()}\n\n{text}"
+        # The system prompt is consumed by the first prompt sent, even if it fails.
+        self._session_is_fresh = False
+        params = {"sessionId": live.session_id, "prompt": [{"type": "text", "text": text}]}
+        call: PendingCall | None = None
+        answer: Any = None
+        failure: BaseException | None = None
+        try:
+            async with self._serving(live):
+                # Give updates already waiting in the pipe (late ones of an
+                # earlier turn, commands announced after session/new) a chance
+                # to be read before this turn starts counting text.
+                await anyio.lowlevel.checkpoint()
+                turn.prompting = True
+                call = await live.peer.start_request("session/prompt", params)
+                try:
+                    answer = await call.wait()
+                except (WireError, OSError, anyio.BrokenResourceError) as exc:
+                    failure = exc
+                turn.finished = True
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._cancel_turn(live, call)
+            raise
+        except (WireError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            failure = exc  # the prompt could not even be written
+        if failure is not None:
+            raise await self._turn_failed(live, failure)
+        return self._outcome(turn, answer)
+
+    def _outcome(self, turn: Turn, answer: Any) -> BackendOutcome:
+        try:
+            stop_reason = PromptResponse.model_validate(answer).stop_reason
+        except ValidationError:
+            logger.warning("ACP agent %s: malformed session/prompt answer", self.label)
+            stop_reason = "end_turn"
+        output = turn.output
+        outcome = BackendOutcome(
+            output=output,
+            messages=[{"role": "assistant", "content": [{"type": "text", "text": output}]}]
+            if output
+            else [],
+            token_usage=TokenUsage(input_tokens=self._telescope(turn.last_used)),
+            tool_calls=turn.tool_calls,
+        )
+        if stop_reason == "refusal":
+            message = f'ACP agent "{self.label}" refused the task'
+            outcome.error = BackendError(f"{message}: {output}" if output else f"{message}.")
+        elif stop_reason in ("max_tokens", "max_turn_requests"):
+            outcome.budget_exceeded = True
+        elif stop_reason == "cancelled":
+            outcome.cancelled = True
+        elif stop_reason != "end_turn":
+            logger.warning("ACP agent %s: unknown stop reason %r", self.label, stop_reason)
+        return outcome
+
+    def _telescope(self, used: int | None) -> int:
+        """Input tokens of a turn: the growth of the session's context since the last turn."""
+        if used is None:
+            return 0
+        grown = max(0, used - self._usage_baseline)
+        self._usage_baseline = used
+        return grown
+
+    async def _turn_failed(self, live: _Live, failure: BaseException) -> OMAError:
+        if isinstance(failure, WireError) and not isinstance(failure, ConnectionClosedError):
+            if failure.rpc_code == AUTH_REQUIRED_CODE:
+                return self._auth_error(failure)
+            # The agent refused this prompt; the session itself is still fine.
+            return BackendError(
+                f'ACP agent "{self.label}" answered session/prompt with error '
+                f"{failure.rpc_code}: {redact(failure.message)}"
+            )
+        return await self._crashed(live, failure)
+
+    # -- cancel ---------------------------------------------------------------------
+
+    async def _cancel_turn(self, live: _Live, call: PendingCall | None) -> None:
+        """The turn-cancel protocol; called shielded, after the run's serving ended."""
+        self._cancelling = True
+        ended = call is None
+        if not live.dead and self._live is live:
+            async with self._serving(live):
+                if live.session_id is not None:
+                    await live.peer.notify_quietly("session/cancel", {"sessionId": live.session_id})
+                await live.peer.answer_pending(self._cancelled_answer(live.peer))
+                if call is not None:
+                    with anyio.move_on_after(self.config.cancel_grace_s):
+                        # cancelled, end_turn, -32800 or any error: the turn is over.
+                        with contextlib.suppress(Exception):
+                            await call.wait()
+                        ended = True
+                    if not ended:
+                        call.abandon()
+        if not ended or live.peer.closed.is_set():
+            logger.warning("ACP agent %s: turn did not end after cancel; ending it", self.label)
+            await self._end(live)
+
+    @staticmethod
+    def _cancelled_answer(peer: Peer) -> Any:
+        def answer(request_id: RequestId, method: str) -> Message | None:
+            if method == "session/request_permission":
+                return peer.core.respond(request_id, CANCELLED_OUTCOME)
+            return peer.core.respond_error(request_id, REQUEST_CANCELLED, "Request cancelled")
+
+        return answer
+
+    # -- start-up ----------------------------------------------------------------------
+
+    async def _start(self) -> _Live:
+        config = self.config
+        process = await AgentProcess.spawn(
+            config.command,
+            config.args,
+            env=child_environment(config.env),
+            cwd=str(self._cwd),
+            max_line_bytes=config.max_line_bytes,
+        )
+        live = _Live(process, self._make_peer(process))
+        self._live = live
+        try:
+            async with self._serving(live):
+                await self._handshake(live)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                error = await self._start_failed(live, exc)
+            if error is not None:
+                raise error from exc
+            raise
+        return live
+
+    async def _start_failed(self, live: _Live, exc: BaseException) -> OMAError | None:
+        if isinstance(exc, ConnectionClosedError):
+            return await self._crashed(live, exc)
+        await self._end(live)
+        if isinstance(exc, WireError):
+            if exc.rpc_code == AUTH_REQUIRED_CODE:
+                return self._auth_error(exc)
+            return BackendError(
+                f'ACP agent "{self.label}" failed to start: error {exc.rpc_code}: '
+                f"{redact(exc.message)}"
+            )
+        if isinstance(exc, ValidationError):
+            return BackendError(f'ACP agent "{self.label}" answered initialize malformed')
+        return None
+
+    async def _handshake(self, live: _Live) -> None:
+        peer, config = live.peer, self.config
+        serve_fs = config.fs == "cwd"
+        raw = await peer.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "clientCapabilities": {
+                    "fs": {"readTextFile": serve_fs, "writeTextFile": serve_fs},
+                    "terminal": config.terminal,
+                },
+                "clientInfo": {"name": _CLIENT_NAME, "title": self.label, "version": __version__},
+            },
+        )
+        init = live.init = InitializeResponse.model_validate(raw)
+        if init.protocol_version != PROTOCOL_VERSION:
+            raise BackendError(
+                f'ACP agent "{self.label}" speaks protocol version {init.protocol_version}; '
+                f"oma-bridge speaks {PROTOCOL_VERSION}"
+            )
+        if config.auth_method is not None and config.auth_method in init.auth_method_ids():
+            try:
+                await peer.request("authenticate", {"methodId": config.auth_method})
+            except WireError as exc:
+                if isinstance(exc, ConnectionClosedError):
+                    raise
+                raise self._auth_error(exc) from exc
+        session = await self._open_session(live, init)
+        live.session_id = session.session_id
+        if config.model is not None:
+            await self._apply_model(live, session, config.model)
+
+    async def _open_session(self, live: _Live, init: InitializeResponse) -> SessionResponse:
+        base = {"cwd": str(self._cwd), "mcpServers": list(self.config.mcp_servers)}
+        previous = self._previous_session
+        caps = init.agent_capabilities
+        if previous is not None:
+            method = (
+                "session/resume"
+                if caps.session_capability("resume")
+                else "session/load"
+                if caps.load_session
+                else None
+            )
+            if method is not None:
+                try:
+                    raw = await live.peer.request(method, {"sessionId": previous, **base})
+                except WireError as exc:
+                    if isinstance(exc, ConnectionClosedError):
+                        raise
+                    logger.info("ACP agent %s: %s failed (%s)", self.label, method, exc.message)
+                else:
+                    session = SessionResponse.model_validate(raw or {})
+                    session.session_id = previous
+                    return session
+        raw = await live.peer.request("session/new", base)
+        session = SessionResponse.model_validate(raw)
+        if not session.session_id:
+            raise BackendError(f'ACP agent "{self.label}" answered session/new without sessionId')
+        self._previous_session = session.session_id
+        self._session_is_fresh = True
+        self._usage_baseline = 0
+        return session
+
+    async def _apply_model(self, live: _Live, session: SessionResponse, model: str) -> None:
+        option_id = session.model_option_id()
+        if option_id is not None:
+            params = {"sessionId": live.session_id, "configId": option_id, "value": model}
+            await live.peer.request("session/set_config_option", params)
+        else:
+            await live.peer.request(
+                "session/set_model", {"sessionId": live.session_id, "modelId": model}
+            )
+
+    def _auth_error(self, exc: WireError) -> AuthRequiredError:
+        return AuthRequiredError(
+            f'ACP agent "{self.label}" requires authentication: {redact(exc.message)}'
+        )
+
+    # -- the end of an agent ---------------------------------------------------------------
+
+    async def _crashed(self, live: _Live, failure: BaseException) -> BackendError:
+        """The connection died: collect exit status and stderr tail, end the tree."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(2):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(live.process.drain_stderr)
+                    await live.process.wait_exit(2)
+                    group.cancel_scope.cancel()
+            await self._end(live)
+        message = f'ACP agent "{self.label}" {live.process.exit_description()}'
+        reason = str(failure)
+        if reason and reason != "connection closed":
+            message += f" ({redact(reason)})"
+        tail = live.process.stderr.tail()
+        return BackendError(f"{message}: {tail}" if tail else message)
+
+    async def _end(self, live: _Live) -> None:
+        live.dead = True
+        live.peer.fail_all(ConnectionClosedError("agent ended"))
+        if self._live is live:
+            self._live = None
+        await live.process.terminate(self.config.stop_grace_s)
+
+    # -- the connection ----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _serving(self, live: _Live) -> AsyncIterator[None]:
+        """Read the agent's stdout and stderr for the duration of the block."""
+        with unwrap_single_error():
+            async with anyio.create_task_group() as group:
+                group.start_soon(live.process.drain_stderr)
+                try:
+                    async with live.peer.pumping():
+                        yield
+                finally:
+                    group.cancel_scope.cancel()
+
+    def _make_peer(self, process: AgentProcess) -> Peer:
+        return Peer(
+            process.send_line,
+            process.receive,
+            on_request=self._on_request,
+            on_notification=self._on_notification,
+            on_invalid=self._on_invalid,
+        )
+
+    def _on_invalid(self, event: Event) -> None:
+        logger.warning("ACP agent %s: %s message: %s", self.label, event.kind, event.detail)
+
+    async def _on_notification(self, method: str, params: Any) -> None:
+        if method != "session/update" or not isinstance(params, dict):
+            return
+        update = params.get("update")
+        turn = self._turn
+        if not isinstance(update, dict):
+            return
+        live = self._live
+        session_id = params.get("sessionId")
+        known = live is not None and live.session_id is not None
+        if known and live is not None and session_id != live.session_id:
+            logger.debug("ACP agent %s: update for unknown session %r", self.label, session_id)
+            return
+        if turn is None or turn.finished:
+            logger.debug(
+                "ACP agent %s: late update dropped: %s", self.label, update.get("sessionUpdate")
+            )
+            return
+        await turn.on_update(update)
+
+    async def _on_request(self, method: str, params: Any) -> Any:
+        if not isinstance(params, dict):
+            params = {}
+        if method == "session/request_permission":
+            return await self._on_permission(params)
+        if method in ("fs/read_text_file", "fs/write_text_file") and self.config.fs == "cwd":
+            if method == "fs/read_text_file":
+                return await fs.read_text_file(self._cwd, params)
+            return await fs.write_text_file(self._cwd, params)
+        if method.startswith("terminal/") and self.config.terminal:
+            raise WireError(INTERNAL_ERROR, "terminal support is not available yet")
+        raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    async def _on_permission(self, params: dict[str, Any]) -> Any:
+        options = parse_options(params.get("options"))
+        turn, ctx = self._turn, self._ctx
+        if turn is None or ctx is None or turn.finished or self._cancelling:
+            return CANCELLED_OUTCOME
+        policy = self.config.permission
+        if policy == "auto-approve":
+            return selected(choose_option(options, "allow"))
+        least = choose_option(options, "reject")
+        if policy == "reject" or ctx.permission_handler is None:
+            return selected(least)
+        raw_call = params.get("toolCall")
+        tool_call = {
+            key: raw_call[key]
+            for key in ("toolCallId", "title", "kind", "rawInput")
+            if isinstance(raw_call, dict) and key in raw_call
+        }
+        request = PermissionRequest(self.label, ctx.run_id, tool_call, options)
+        try:
+            choice = await ctx.permission_handler(request)
+        except Exception:
+            logger.exception("ACP agent %s: permission handler failed", self.label)
+            return selected(least)
+        if choice is not None and choice not in {o.option_id for o in options}:
+            logger.warning("ACP agent %s: permission answer %r is no option", self.label, choice)
+            return selected(least)
+        return selected(choice)

@@ -1,0 +1,243 @@
+"""A real ACP agent on the official Python SDK's agent side, driven by the prompt.
+
+The scenario is the first word of the prompt's last paragraph (the system
+prompt, when sent, is an earlier paragraph).  Environment switches:
+``ACP_TEST_AUTH=required|refuse`` (session/new needs ``authenticate`` with
+method ``key``; ``refuse`` makes that fail too), ``ACP_TEST_CONFIG=1``
+(offer a model config option), ``ACP_TEST_EARLY=1`` (send updates before
+answering session/new).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+import acp
+from acp import RequestError, schema
+
+
+def _text_of(prompt: list[Any]) -> str:
+    return "".join(getattr(block, "text", "") for block in prompt)
+
+
+class ScenarioAgent:
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.authed = os.environ.get("ACP_TEST_AUTH") is None
+        self.cancelled: dict[str, asyncio.Event] = {}
+        self.counter = 0
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> schema.InitializeResponse:
+        methods = []
+        if os.environ.get("ACP_TEST_AUTH"):
+            methods = [schema.AuthMethodAgent(id="key", name="API key")]
+        return schema.InitializeResponse(
+            protocol_version=1,
+            agent_capabilities=schema.AgentCapabilities(load_session=True),
+            auth_methods=methods,
+            agent_info=schema.Implementation(name="scenario-agent", version="1.0"),
+        )
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> schema.AuthenticateResponse:
+        if os.environ.get("ACP_TEST_AUTH") == "refuse":
+            raise RequestError(-32000, "invalid API key for api_key=sk-secret123456")
+        self.authed = True
+        return schema.AuthenticateResponse()
+
+    def _open(self, session_id: str, how: str) -> None:
+        self.sessions[session_id] = {"how": how, "turns": 0, "model": None}
+        self.cancelled[session_id] = asyncio.Event()
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> schema.NewSessionResponse:
+        if not self.authed:
+            raise RequestError(-32000, "Authentication required: set token=abc123secret")
+        self.counter += 1
+        session_id = f"s{os.getpid()}-{self.counter}"
+        self._open(session_id, "new")
+        if os.environ.get("ACP_TEST_EARLY"):
+            await self.conn.session_update(
+                session_id,
+                schema.AvailableCommandsUpdate(
+                    session_update="available_commands_update",
+                    available_commands=[schema.AvailableCommand(name="web", description="search")],
+                ),
+            )
+        options = None
+        if os.environ.get("ACP_TEST_CONFIG"):
+            options = [
+                schema.SessionConfigOptionSelect(
+                    id="model-choice",
+                    name="Model",
+                    category="model",
+                    type="select",
+                    current_value="small",
+                    options=[
+                        schema.SessionConfigSelectOption(value="small", name="Small"),
+                        schema.SessionConfigSelectOption(value="large", name="Large"),
+                    ],
+                )
+            ]
+        return schema.NewSessionResponse(session_id=session_id, config_options=options)
+
+    async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> None:
+        self._open(session_id, "load")
+        return None
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: Any, **kwargs: Any
+    ) -> schema.SetSessionConfigOptionResponse:
+        self.sessions[session_id]["model"] = f"{config_id}={value}"
+        return schema.SetSessionConfigOptionResponse(config_options=[])
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self.cancelled[session_id].set()
+
+    async def _say(self, session_id: str, text: str) -> None:
+        await self.conn.session_update(session_id, acp.update_agent_message_text(text))
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> Any:
+        text = _text_of(prompt)
+        session = self.sessions[session_id]
+        session["turns"] += 1
+        self.cancelled[session_id] = asyncio.Event()
+        last = text.split("\n\n")[-1]
+        word, _, rest = last.partition(" ")
+        handler = getattr(self, f"do_{word}", None)
+        if handler is None:
+            await self._say(session_id, text)
+            return schema.PromptResponse(stop_reason="end_turn")
+        return await handler(session_id, text, rest.strip())
+
+    def _stop(self, reason: str) -> schema.PromptResponse:
+        return schema.PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
+
+    async def do_echo(self, sid: str, text: str, rest: str) -> Any:
+        await self._say(sid, text)
+        await self.conn.session_update(
+            sid,
+            schema.UsageUpdate(session_update="usage_update", used=len(text) * 10, size=100000),
+        )
+        return self._stop("end_turn")
+
+    async def do_whoami(self, sid: str, text: str, rest: str) -> Any:
+        session = self.sessions[sid]
+        how, turns, model = session["how"], session["turns"], session["model"]
+        await self._say(sid, f"session={sid} how={how} turns={turns} model={model}")
+        return self._stop("end_turn")
+
+    async def do_chunks(self, sid: str, text: str, rest: str) -> Any:
+        for i in range(int(rest or "10")):
+            await self._say(sid, f"{i},")
+        return self._stop("end_turn")
+
+    async def do_thought(self, sid: str, text: str, rest: str) -> Any:
+        await self.conn.session_update(sid, acp.update_agent_thought_text("thinking..."))
+        await self.conn.session_update(
+            sid, acp.update_plan([acp.plan_entry("step one", status="in_progress")])
+        )
+        await self._say(sid, "answer")
+        return self._stop("end_turn")
+
+    async def do_tools(self, sid: str, text: str, rest: str) -> Any:
+        await self.conn.session_update(
+            sid,
+            acp.start_tool_call("t1", "Edit file", kind="edit", raw_input={"path": "/x"}),
+        )
+        answer = await self.conn.request_permission(
+            session_id=sid,
+            tool_call=schema.ToolCallUpdate(tool_call_id="t1", title="Edit file", kind="edit"),
+            options=[
+                schema.PermissionOption(option_id="aa", name="Always", kind="allow_always"),
+                schema.PermissionOption(option_id="ao", name="Once", kind="allow_once"),
+                schema.PermissionOption(option_id="ro", name="No", kind="reject_once"),
+                schema.PermissionOption(option_id="ra", name="Never", kind="reject_always"),
+            ],
+        )
+        outcome = answer.outcome
+        chosen = getattr(outcome, "option_id", None) or outcome.outcome
+        await self.conn.session_update(
+            sid, acp.update_tool_call("t1", status="completed", raw_output="edited")
+        )
+        await self._say(sid, f"permission:{chosen}")
+        return self._stop("end_turn")
+
+    async def do_slow(self, sid: str, text: str, rest: str) -> Any:
+        await self._say(sid, "started")
+        await self.cancelled[sid].wait()
+        await self._say(sid, " stopping")
+        return self._stop("cancelled")
+
+    async def do_stubborn(self, sid: str, text: str, rest: str) -> Any:
+        await self._say(sid, "never stopping")
+        await asyncio.sleep(3600)
+        return self._stop("end_turn")
+
+    async def do_hang(self, sid: str, text: str, rest: str) -> Any:
+        await self._say(sid, "asking")
+        answer = await self.conn.request_permission(
+            session_id=sid,
+            tool_call=schema.ToolCallUpdate(tool_call_id="h1", title="Run rm"),
+            options=[schema.PermissionOption(option_id="ok", name="OK", kind="allow_once")],
+        )
+        sys.stderr.write(f"hang outcome: {answer.outcome.outcome}\n")
+        return self._stop("cancelled")
+
+    async def do_big(self, sid: str, text: str, rest: str) -> Any:
+        await self._say(sid, "x" * (2 * 1024 * 1024))
+        return self._stop("end_turn")
+
+    async def do_stderr(self, sid: str, text: str, rest: str) -> Any:
+        line = "e" * 1023 + "\n"
+        for _ in range(1024):
+            os.write(2, line.encode())  # synchronous, as Python/Rust/Go agents write
+        await self._say(sid, "survived")
+        return self._stop("end_turn")
+
+    async def do_refuse(self, sid: str, text: str, rest: str) -> Any:
+        if rest:
+            await self._say(sid, rest)
+        return self._stop("refusal")
+
+    async def do_maxtokens(self, sid: str, text: str, rest: str) -> Any:
+        await self._say(sid, "partial")
+        return self._stop("max_tokens")
+
+    async def do_crash(self, sid: str, text: str, rest: str) -> Any:
+        await self._say(sid, "about to crash")
+        await asyncio.sleep(0.05)
+        os.write(2, b"fatal: boom with password=hunter2\n")
+        os._exit(3)
+
+    async def do_error(self, sid: str, text: str, rest: str) -> Any:
+        raise RequestError.internal_error({"why": "scripted"})
+
+    async def do_auth(self, sid: str, text: str, rest: str) -> Any:
+        raise RequestError(-32000, "please log in")
+
+    async def do_fs(self, sid: str, text: str, rest: str) -> Any:
+        try:
+            answer = await self.conn.read_text_file(session_id=sid, path=rest)
+            await self._say(sid, f"read:{answer.content}")
+        except RequestError as exc:
+            await self._say(sid, f"error:{exc.code}:{exc}")
+        return self._stop("end_turn")
+
+    async def do_fswrite(self, sid: str, text: str, rest: str) -> Any:
+        path, _, content = rest.partition(" ")
+        try:
+            await self.conn.write_text_file(session_id=sid, path=path, content=content)
+            await self._say(sid, "written")
+        except RequestError as exc:
+            await self._say(sid, f"error:{exc.code}:{exc}")
+        return self._stop("end_turn")
+
+
+if __name__ == "__main__":
+    asyncio.run(acp.run_agent(ScenarioAgent()))  # type: ignore[arg-type]
