@@ -166,6 +166,71 @@ class AgentRunResult:
             wire["identity"] = self.identity.to_wire()
         return wire
 
+    @classmethod
+    def from_wire(cls, wire: Any) -> AgentRunResult:
+        """Parse the §6 shape (a client reading a result, an ``afterRun`` answer).
+
+        Raises ``ValueError`` naming the first field of the wrong shape.
+        """
+        if not isinstance(wire, dict):
+            raise ValueError(f"an AgentRunResult must be an object, got {type(wire).__name__}")
+        usage = _field(wire, "tokenUsage", dict, {})
+        status = _field(wire, "status", dict, {"code": "ok"})
+        code = status.get("code")
+        if code not in _STATUS_CODES:
+            raise ValueError(f"status.code must be one of {sorted(_STATUS_CODES)}, got {code!r}")
+        info = wire.get("errorInfo")
+        if info is not None and not isinstance(info, dict):
+            raise ValueError("errorInfo must be an object")
+        identity = wire.get("identity")
+        return cls(
+            run_id=str(_field(wire, "runId", str, "")),
+            success=bool(_field(wire, "success", bool, code == "ok")),
+            output=_field(wire, "output", str, ""),
+            messages=list(_field(wire, "messages", list, [])),
+            token_usage=TokenUsage(
+                int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+            ),
+            tool_calls=[
+                ToolCallRecord(
+                    str(call.get("toolName", "")),
+                    call.get("input"),
+                    str(call.get("output", "")),
+                    int(call.get("duration", 0)),
+                )
+                for call in _field(wire, "toolCalls", list, [])
+                if isinstance(call, dict)
+            ],
+            status=RunStatus(code, status.get("message")),
+            error_info=None
+            if info is None
+            else ErrorInfo(
+                kind=info.get("kind", "internal"),
+                code=info.get("code"),
+                name=info.get("name"),
+                message=info.get("message"),
+            ),
+            budget_exceeded=bool(wire.get("budgetExceeded", False)),
+            identity=None
+            if not isinstance(identity, dict)
+            else RunIdentity(
+                str(identity.get("runId", "")),
+                int(identity.get("attempt", 1)),
+                str(identity.get("traceId", "")),
+                str(identity.get("rootSpanId", "")),
+            ),
+        )
+
+
+_STATUS_CODES = frozenset({"ok", "error", "cancelled", "timeout", "budget_exhausted"})
+
+
+def _field(wire: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = wire.get(key, default)
+    if not isinstance(value, kind):
+        raise ValueError(f"{key} must be of type {kind.__name__}, got {type(value).__name__}")
+    return value
+
 
 @dataclass
 class StreamEvent:

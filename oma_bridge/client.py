@@ -1,0 +1,445 @@
+"""An async Python client of the daemon's wire protocol (PROTOCOL.md).
+
+::
+
+    async with connect() as client:                 # finds the daemon by its discovery file
+        agent = await client.open("echo")
+        result = await agent.run("hello")
+        async for event in agent.stream("hello again"):
+            print(event.type, event.data)
+
+Hooks and permission prompts are plain callables: ``client.open(profile,
+before_run=fn, after_run=fn)`` and ``connect(permission_handler=fn)``; the
+client answers the daemon's ``hook/*`` and ``permission/request`` requests
+with them.  JSON-RPC errors raise: ``-32010`` as
+:class:`~oma_bridge.errors.InvalidMessageError`, every other code as
+:class:`DaemonError` carrying ``code`` and ``data``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from websockets.asyncio.client import ClientConnection, unix_connect
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+from ._version import __version__
+from .backend import PermissionHandler, PermissionOption, PermissionRequest
+from .errors import InvalidMessageError, WireError
+from .jsonrpc import Peer
+from .results import AgentRunResult, StreamEvent
+
+__all__ = [
+    "Client",
+    "DaemonError",
+    "DaemonNotRunningError",
+    "Discovery",
+    "RemoteAgent",
+    "connect",
+    "find_daemon",
+]
+
+PROTOCOL_VERSION = 1
+INVALID_MESSAGE = -32010
+
+
+class DaemonNotRunningError(RuntimeError):
+    """No daemon answers where the discovery file says (or there is none)."""
+
+
+class DaemonError(WireError):
+    """A JSON-RPC error answer from the daemon (see PROTOCOL.md §7)."""
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The daemon's ``bridge.json``."""
+
+    pid: int
+    version: str
+    protocol_version: int
+    socket: str | None
+    url: str | None
+    token: str
+    path: Path
+
+
+def _runtime_dir() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "oma-bridge" if runtime else Path(f"/tmp/oma-bridge-{os.getuid()}")
+
+
+def find_daemon(discovery_dir: Path | str | None = None) -> Discovery:
+    """Read the discovery file and check that its daemon is alive."""
+    folder = Path(discovery_dir) if discovery_dir is not None else _runtime_dir()
+    path = folder / "bridge.json"
+    hint = "start one with `oma-bridge serve`"
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise DaemonNotRunningError(
+            f"no oma-bridge daemon is running (no discovery file at {path}); {hint}"
+        ) from None
+    except (OSError, orjson.JSONDecodeError) as error:
+        raise DaemonNotRunningError(f"cannot read the discovery file {path}: {error}") from None
+    try:
+        discovery = Discovery(
+            pid=int(data["pid"]),
+            version=str(data["version"]),
+            protocol_version=int(data["protocolVersion"]),
+            socket=data.get("socket"),
+            url=data.get("url"),
+            token=str(data["token"]),
+            path=path,
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise DaemonNotRunningError(f"the discovery file {path} is malformed: {error}") from None
+    try:
+        os.kill(discovery.pid, 0)
+    except ProcessLookupError:
+        raise DaemonNotRunningError(
+            f"no oma-bridge daemon is running (the discovery file {path} names pid "
+            f"{discovery.pid}, which is gone); {hint}"
+        ) from None
+    except PermissionError:
+        pass  # alive, owned by someone else: the socket's permissions decide
+    return discovery
+
+
+def _raise_for(error: WireError) -> None:
+    if isinstance(error, DaemonError | InvalidMessageError):
+        raise error
+    if error.rpc_code == INVALID_MESSAGE:
+        data = error.data if isinstance(error.data, Mapping) else {}
+        raise InvalidMessageError(str(data.get("message") or error.message)) from None
+    raise DaemonError(error.rpc_code, error.message, error.data) from None
+
+
+async def _call(callback: Callable[..., Any], *args: Any) -> Any:
+    answer = callback(*args)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer
+
+
+class RemoteAgent:
+    """An agent opened on the daemon; the methods mirror :class:`~oma_bridge.Agent`."""
+
+    def __init__(
+        self,
+        client: Client,
+        agent_id: str,
+        profile: str,
+        before_run: Callable[..., Any] | None,
+        after_run: Callable[..., Any] | None,
+    ) -> None:
+        self.client = client
+        self.agent_id = agent_id
+        self.profile = profile
+        self.before_run = before_run
+        self.after_run = after_run
+
+    async def run(
+        self, run_input: str | Sequence[Any], *, run_id: str | None = None
+    ) -> AgentRunResult:
+        params = {"agentId": self.agent_id, "input": run_input, "runId": run_id or _run_id()}
+        return AgentRunResult.from_wire(await self.client.request("agent/run", params))
+
+    async def prompt(
+        self, prompt_input: str | Sequence[Any], *, run_id: str | None = None
+    ) -> AgentRunResult:
+        params = {"agentId": self.agent_id, "input": prompt_input, "runId": run_id or _run_id()}
+        return AgentRunResult.from_wire(await self.client.request("agent/prompt", params))
+
+    def stream(self, run_input: str | Sequence[Any], *, run_id: str | None = None) -> RemoteStream:
+        """Events as the daemon relays them; ``result`` is set once the stream ends."""
+        return RemoteStream(self.client, self.agent_id, run_input, run_id or _run_id())
+
+    async def history(self) -> list[Any]:
+        answer = await self.client.request("agent/history", {"agentId": self.agent_id})
+        return list(answer["messages"])
+
+    async def reset(self) -> None:
+        await self.client.request("agent/reset", {"agentId": self.agent_id})
+
+    async def close(self) -> None:
+        await self.client.request("agent/close", {"agentId": self.agent_id})
+        self.client._agents.pop(self.agent_id, None)
+
+    async def cancel(self, run_id: str) -> bool:
+        return await self.client.cancel(run_id)
+
+
+class RemoteStream:
+    """The events of one ``agent/stream`` call, in wire order."""
+
+    def __init__(
+        self, client: Client, agent_id: str, run_input: str | Sequence[Any], run_id: str
+    ) -> None:
+        self.client = client
+        self.agent_id = agent_id
+        self.run_id = run_id
+        self.result: AgentRunResult | None = None
+        self._input = run_input
+        self._events: MemoryObjectReceiveStream[StreamEvent] | None = None
+
+    def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[StreamEvent]:
+        # Unbounded on purpose: the reader must never block on a slow
+        # consumer, and the daemon bounds what it sends per connection.
+        send, receive = anyio.create_memory_object_stream[StreamEvent](math.inf)
+        self.client._streams[self.run_id] = send
+        params = {"agentId": self.agent_id, "input": self._input, "runId": self.run_id}
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    try:
+                        self.result = AgentRunResult.from_wire(
+                            await self.client.request("agent/stream", params)
+                        )
+                    finally:
+                        send.close()
+
+                tg.start_soon(call)
+                async with receive:
+                    async for event in receive:
+                        yield event
+        finally:
+            self.client._streams.pop(self.run_id, None)
+
+    async def cancel(self) -> bool:
+        return await self.client.cancel(self.run_id)
+
+
+def _run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Client:
+    """One initialized connection to the daemon (use :func:`connect`)."""
+
+    def __init__(self, peer: Peer, permission_handler: PermissionHandler | None) -> None:
+        self.peer = peer
+        self.permission_handler = permission_handler
+        self.server_info: dict[str, Any] = {}
+        self.profiles: list[dict[str, Any]] = []
+        self._agents: dict[str, RemoteAgent] = {}
+        self._streams: dict[str, MemoryObjectSendStream[StreamEvent]] = {}
+        self._progress: dict[str, Callable[[dict[str, Any]], Any]] = {}
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        try:
+            return await self.peer.request(method, params)
+        except WireError as error:
+            _raise_for(error)
+            raise  # unreachable: _raise_for always raises
+
+    async def _initialize(self, client_name: str) -> None:
+        capabilities: dict[str, Any] = {"hooks": ["beforeRun", "afterRun"]}
+        if self.permission_handler is not None:
+            capabilities["permissions"] = True
+        answer = await self.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "clientInfo": {"name": client_name, "version": __version__},
+                "capabilities": capabilities,
+            },
+        )
+        self.server_info = dict(answer.get("serverInfo", {}))
+        self.profiles = list(answer.get("agents", []))
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        return list((await self.request("agents/list"))["agents"])
+
+    async def open(
+        self,
+        profile: str,
+        *,
+        before_run: Callable[..., Any] | None = None,
+        after_run: Callable[..., Any] | None = None,
+        **overrides: Any,
+    ) -> RemoteAgent:
+        """Open an agent of a declared profile; ``overrides`` use the wire's camelCase keys."""
+        config = dict(overrides)
+        hooks = {"beforeRun": before_run is not None, "afterRun": after_run is not None}
+        if any(hooks.values()):
+            config["hooks"] = hooks
+        params: dict[str, Any] = {"profile": profile}
+        if config:
+            params["config"] = config
+        answer = await self.request("agent/open", params)
+        agent = RemoteAgent(self, answer["agentId"], profile, before_run, after_run)
+        self._agents[agent.agent_id] = agent
+        return agent
+
+    async def attach(
+        self,
+        agent_id: str,
+        *,
+        before_run: Callable[..., Any] | None = None,
+        after_run: Callable[..., Any] | None = None,
+        profile: str = "",
+    ) -> RemoteAgent:
+        """Become the hook owner of an agent opened earlier (after a reconnect)."""
+        await self.request("agent/attach", {"agentId": agent_id})
+        agent = RemoteAgent(self, agent_id, profile, before_run, after_run)
+        self._agents[agent_id] = agent
+        return agent
+
+    async def cancel(self, run_id: str) -> bool:
+        return bool((await self.request("run/cancel", {"runId": run_id}))["cancelled"])
+
+    async def status(self) -> dict[str, Any]:
+        return dict(await self.request("daemon/status"))
+
+    async def run_agent(
+        self,
+        profile: str,
+        run_input: str | Sequence[Any],
+        *,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        on_progress: Callable[[dict[str, Any]], Any] | None = None,
+        **overrides: Any,
+    ) -> AgentRunResult:
+        """``oma/runAgent``: a one-off agent with progress events."""
+        run_id = run_id or _run_id()
+        params: dict[str, Any] = {
+            "config": {"profile": profile, **overrides},
+            "input": run_input,
+            "runId": run_id,
+        }
+        if metadata is not None:
+            params["metadata"] = dict(metadata)
+        if on_progress is not None:
+            self._progress[run_id] = on_progress
+        try:
+            return AgentRunResult.from_wire(await self.request("oma/runAgent", params))
+        finally:
+            self._progress.pop(run_id, None)
+
+    # -- requests and notifications from the daemon -------------------------
+
+    async def _on_notification(self, method: str, params: Any) -> None:
+        if not isinstance(params, Mapping):
+            return
+        run_id = params.get("runId")
+        if method == "run/event" and run_id in self._streams:
+            event = params.get("event") or {}
+            data = event.get("data")
+            if event.get("type") == "done":
+                data = AgentRunResult.from_wire(data)
+            self._streams[run_id].send_nowait(StreamEvent(str(event.get("type")), data))  # type: ignore[arg-type]  # the daemon's word
+        elif method == "oma/progress" and run_id in self._progress:
+            with contextlib.suppress(Exception):
+                await _call(self._progress[run_id], params.get("event"))
+
+    async def _on_request(self, method: str, params: Any) -> Any:
+        if not isinstance(params, Mapping):
+            raise WireError(-32602, "params must be an object")
+        if method == "permission/request":
+            return await self._answer_permission(params)
+        agent = self._agents.get(str(params.get("agentId")))
+        if method == "hook/beforeRun" and agent is not None and agent.before_run is not None:
+            answer = await _call(agent.before_run, params.get("context"))
+            if not isinstance(answer, Mapping):
+                raise WireError(-32603, "the beforeRun hook returned no object")
+            return {k: answer[k] for k in ("prompt", "messages") if k in answer}
+        if method == "hook/afterRun" and agent is not None and agent.after_run is not None:
+            result = await _call(agent.after_run, AgentRunResult.from_wire(params.get("result")))
+            return {"result": result.to_wire()}
+        raise WireError(-32601, f"this client does not serve {method}")
+
+    async def _answer_permission(self, params: Mapping[str, Any]) -> Any:
+        if self.permission_handler is None:
+            return {"outcome": {"outcome": "cancelled"}}
+        request = PermissionRequest(
+            agent_name=str(params.get("agentId", "")),
+            run_id=str(params.get("runId", "")),
+            tool_call=dict(params.get("toolCall") or {}),
+            options=tuple(
+                PermissionOption(str(o.get("optionId")), str(o.get("name")), str(o.get("kind")))
+                for o in params.get("options") or ()
+                if isinstance(o, Mapping)
+            ),
+        )
+        choice = await self.permission_handler(request)
+        if choice is None:
+            return {"outcome": {"outcome": "cancelled"}}
+        return {"outcome": {"outcome": "selected", "optionId": choice}}
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    *,
+    socket: Path | str | None = None,
+    url: str | None = None,
+    token: str | None = None,
+    discovery_dir: Path | str | None = None,
+    permission_handler: PermissionHandler | None = None,
+    client_name: str = "oma-bridge-client",
+) -> AsyncIterator[Client]:
+    """Connect and ``initialize``.  With neither ``socket`` nor ``url``, the
+    discovery file says where the daemon is (and gives its token)."""
+    if socket is None and url is None:
+        discovery = find_daemon(discovery_dir)
+        socket, url = discovery.socket, discovery.url
+        token = token or discovery.token
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    options: dict[str, Any] = {
+        "additional_headers": headers,
+        "compression": None,
+        "max_size": None,
+        "open_timeout": 10,
+    }
+    try:
+        if socket is not None:
+            websocket = await unix_connect(str(socket), "ws://localhost/", **options)
+        else:
+            assert url is not None
+            websocket = await ws_connect(url, **options)
+    except (OSError, ConnectionClosed) as error:
+        where = socket or url
+        raise DaemonNotRunningError(f"cannot connect to the daemon at {where}: {error}") from None
+    async with websocket:
+        client: Client
+        async def send(data: bytes) -> None:
+            await websocket.send(data, text=True)  # the protocol is text frames only
+
+        peer = Peer(
+            send,
+            _receiver(websocket),
+            on_request=lambda method, params: client._on_request(method, params),
+            on_notification=lambda method, params: client._on_notification(method, params),
+            cancel_param="id",
+        )
+        client = Client(peer, permission_handler)
+        async with peer:
+            await client._initialize(client_name)
+            yield client
+
+
+def _receiver(websocket: ClientConnection) -> Callable[[], Any]:
+    async def receive() -> str | bytes | None:
+        try:
+            return await websocket.recv()
+        except ConnectionClosed:
+            return None
+
+    return receive
