@@ -389,8 +389,9 @@ class AcpBackend:
                     group.start_soon(live.process.drain_stderr)
                     await live.process.wait_exit(2)
                     group.cancel_scope.cancel()
+            # Described before the tree is ended: our own SIGTERM is not the cause.
+            message = f'ACP agent "{self.label}" {live.process.exit_description()}'
             await self._end(live)
-        message = f'ACP agent "{self.label}" {live.process.exit_description()}'
         reason = str(failure)
         if reason and reason != "connection closed":
             message += f" ({redact(reason)})"

@@ -1,0 +1,143 @@
+"""Cancel, crash, EOF and close: no turn hangs and no process survives."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from oma_bridge.acp import AcpBackend
+from oma_bridge.backend import PermissionRequest
+from oma_bridge.errors import BackendError
+
+from .helpers import Recorder, alive, context, fault_config, group_alive, run_text, scenario_config
+
+pytestmark = pytest.mark.anyio
+
+
+async def _cancel_when(backend: AcpBackend, text: str, recorder: Recorder, seen: str) -> None:
+    """Run ``text`` and cancel it once a text event containing ``seen`` arrived."""
+
+    async with anyio.create_task_group() as group:
+
+        async def emit_and_watch(event: object) -> None:
+            await recorder(event)  # type: ignore[arg-type]
+            if seen in "".join(recorder.of("text")):
+                group.cancel_scope.cancel()
+
+        ctx = context(text, recorder)
+        ctx.emit = emit_and_watch
+        await backend.run(ctx)
+        pytest.fail("the run was not cancelled")
+
+
+async def test_pre_cancelled_run_never_spawns(tmp_path: Path) -> None:
+    backend = AcpBackend(scenario_config(tmp_path), agent_name="coder")
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await run_text(backend, "echo hi")
+    assert backend.pid is None
+    await backend.aclose()
+
+
+async def test_cancel_mid_stream_keeps_the_session(tmp_path: Path) -> None:
+    backend = AcpBackend(scenario_config(tmp_path), agent_name="coder")
+    try:
+        recorder = Recorder()
+        with anyio.fail_after(20):
+            await _cancel_when(backend, "slow", recorder, "started")
+        assert recorder.of("text")[0] == "started"
+        session, pid = backend.session_id, backend.pid
+        assert session is not None
+        # The agent answered `cancelled` in time: same process, same session.
+        outcome, _ = await run_text(backend, "whoami")
+        assert backend.pid == pid
+        assert outcome.output.startswith(f"session={session} how=new turns=2")
+    finally:
+        await backend.aclose()
+
+
+async def test_cancel_answers_a_pending_permission_request(tmp_path: Path) -> None:
+    asked = anyio.Event()
+
+    async def never_answers(request: PermissionRequest) -> str | None:
+        asked.set()
+        await anyio.sleep_forever()
+        return None
+
+    backend = AcpBackend(scenario_config(tmp_path), agent_name="coder")
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+
+                async def run() -> None:
+                    await run_text(backend, "hang", permission_handler=never_answers)
+
+                group.start_soon(run)
+                await asked.wait()
+                group.cancel_scope.cancel()
+        # The agent saw `cancelled` and ended its turn: the process lives on.
+        pid = backend.pid
+        assert pid is not None
+        outcome, _ = await run_text(backend, "echo after")
+        assert outcome.output == "echo after" and backend.pid == pid
+    finally:
+        await backend.aclose()
+
+
+async def test_cancel_ignored_by_agent_ends_tree_and_next_run_respawns(tmp_path: Path) -> None:
+    config = scenario_config(tmp_path, cancel_grace_s=0.5)
+    backend = AcpBackend(config, agent_name="coder")
+    try:
+        recorder = Recorder()
+        with anyio.fail_after(20):
+            await _cancel_when(backend, "stubborn", recorder, "never")
+        assert backend.pid is None
+        outcome, _ = await run_text(backend, "whoami")
+        # Respawned, and the old session was loaded (the agent advertises loadSession).
+        assert re.match(r"session=s\d+-1 how=load turns=1", outcome.output)
+    finally:
+        await backend.aclose()
+
+
+async def test_crash_mid_turn_then_a_successful_run(tmp_path: Path) -> None:
+    backend = AcpBackend(scenario_config(tmp_path), agent_name="coder")
+    try:
+        await run_text(backend, "echo warm up")
+        session = backend.session_id
+        with pytest.raises(BackendError) as info:
+            await run_text(backend, "crash")
+        message = info.value.message
+        assert message.startswith('ACP agent "coder" exited with code 3: ')
+        assert "fatal: boom" in message and "hunter2" not in message
+        outcome, _ = await run_text(backend, "whoami")
+        assert outcome.output.startswith(f"session={session} how=load turns=1")
+    finally:
+        await backend.aclose()
+
+
+async def test_stdout_eof_mid_turn_fails_the_run(tmp_path: Path) -> None:
+    backend = AcpBackend(fault_config(tmp_path, "acp_fault_agent.py", "eof"), agent_name="f")
+    try:
+        with anyio.fail_after(20), pytest.raises(BackendError, match="closed its stdout"):
+            await run_text(backend, "go")
+        assert backend.pid is None
+    finally:
+        await backend.aclose()
+
+
+async def test_agent_ignoring_eof_and_sigterm_is_gone_after_close(tmp_path: Path) -> None:
+    backend = AcpBackend(fault_config(tmp_path, "acp_fault_agent.py", "immortal"), agent_name="f")
+    outcome, _ = await run_text(backend, "go")
+    assert outcome.output == "ok from immortal"
+    pid = backend.pid
+    assert pid is not None
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    assert len(tree) == 2
+    with anyio.fail_after(10):
+        await backend.aclose()
+    assert not group_alive(pid)
+    assert not any(alive(p.pid) for p in tree)

@@ -1,0 +1,114 @@
+"""A hand-written stdio ACP agent that misbehaves on purpose (argv[1] picks how).
+
+Modes:
+  noise       non-JSON lines (and a JSON number) on stdout around every message, CRLF endings
+  flood       answers initialize, then prints 500 non-JSON lines and waits
+  unknown     sends update kinds newer than the SDK (notice, compaction, a vendor kind)
+  immortal    ignores stdin EOF and SIGTERM, and leaves a grandchild in a new session
+  longline    answers the prompt with one line over the client's ceiling
+  eof         closes stdout in the middle of a turn but keeps running
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "noise"
+
+
+def send(message: dict[str, object]) -> None:
+    data = json.dumps(message)
+    end = "\r\n" if MODE == "noise" else "\n"
+    if MODE == "noise":
+        sys.stdout.write("log: this is not JSON\n")
+        sys.stdout.write("42\n")
+    sys.stdout.write(data + end)
+    sys.stdout.flush()
+
+
+def update(session_id: str, body: dict[str, object]) -> None:
+    send(
+        {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": session_id, "update": body},
+        }
+    )
+
+
+def chunk(session_id: str, text: str) -> None:
+    update(
+        session_id,
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}},
+    )
+
+
+def main() -> None:
+    if MODE == "immortal":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # A grandchild that leaves the process group: only the escapee sweep finds it.
+        grandchild = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import signal as s, time; s.signal(s.SIGTERM, s.SIG_IGN); time.sleep(600)",
+            ],
+            start_new_session=True,
+        )
+        sys.stderr.write(f"grandchild {grandchild.pid}\n")
+        sys.stderr.flush()
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        params = message.get("params") or {}
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"protocolVersion": 1}})
+            if MODE == "flood":
+                for n in range(500):
+                    sys.stdout.write(f"garbage {n}\n")
+                sys.stdout.flush()
+        elif method == "session/new":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": "fault-1"}})
+        elif method == "session/prompt":
+            sid = params["sessionId"]
+            if MODE == "unknown":
+                update(sid, {"sessionUpdate": "notice", "severity": "warning", "title": "heads up"})
+                update(
+                    sid,
+                    {
+                        "sessionUpdate": "compaction_update",
+                        "compactionId": "c1",
+                        "status": "completed",
+                    },
+                )
+                update(sid, {"sessionUpdate": "_vendor.example/thing", "payload": [1, 2, 3]})
+                update(
+                    sid,
+                    {
+                        "sessionUpdate": "agent_message_chunk",
+                        "content": {"type": "image", "data": "AA==", "mimeType": "image/png"},
+                    },
+                )
+            if MODE == "longline":
+                sys.stdout.write("[" + "1," * 400_000 + "1]\n")
+                sys.stdout.flush()
+            if MODE == "eof":
+                chunk(sid, "half")
+                os.close(1)
+                time.sleep(600)
+            chunk(sid, f"ok from {MODE}")
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+        elif request_id is not None:
+            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "nope"}})
+    if MODE == "immortal":
+        while True:  # stdin EOF is ignored
+            time.sleep(1)
+
+
+if __name__ == "__main__":
+    main()
