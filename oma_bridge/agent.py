@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,12 @@ from .tools import ToolDefinition
 __all__ = ["AfterRunHook", "Agent", "AgentConfig", "AgentState", "BeforeRunHook", "RunStream"]
 
 logger = logging.getLogger(__name__)
+
+#: The id of the run being executed in this context; hooks served over the
+#: wire read it to tell the client which run they belong to.
+current_run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "oma_bridge_current_run_id", default=None
+)
 
 #: ``before_run(ctx) -> ctx`` where ctx is ``{"prompt", "messages", "agent"}``.
 BeforeRunHook: TypeAlias = Callable[[dict[str, Any]], Any | Awaitable[Any]]
@@ -250,9 +257,21 @@ class Agent:
         Invalid input raises and is not stored.
         """
         turn = self.prepare_prompt_input(prompt_input)
+        return await self.execute_prompt(turn, run_id=run_id)
+
+    async def execute_prompt(
+        self,
+        turn: LLMMessage,
+        *,
+        run_id: str | None = None,
+        permission_handler: PermissionHandler | None = None,
+    ) -> AgentRunResult:
+        """``prompt`` with an already prepared user turn (see :meth:`prepare_prompt_input`)."""
         async with self._prompt_lock:
             self._history.append(copy_messages([turn])[0])
-            result = await self.execute(copy_messages(self._history), run_id=run_id)
+            result = await self.execute(
+                copy_messages(self._history), run_id=run_id, permission_handler=permission_handler
+            )
             self._history.extend(copy_messages(result.messages))
             return result
 
@@ -315,6 +334,7 @@ class Agent:
         run_id: str | None,
         emit: Emit = _discard,
         max_token_budget: int | None = None,
+        permission_handler: PermissionHandler | None = None,
         raise_callback_errors: bool = False,
     ) -> AgentRunResult:
         """Run already prepared input: hooks, backend, outcome rules.
@@ -322,6 +342,8 @@ class Agent:
         Never raises for a run failure.  ``max_token_budget`` narrows the
         agent's own ceiling (the smallest applies).
 
+        ``permission_handler`` overrides the agent's own for this run (the
+        daemon asks the connection that started it).
         ``raise_callback_errors`` makes a hook failure raise :class:`_HookFailed`
         (carrying the failed result) so a stream can end with ``error`` alone.
         """
@@ -339,9 +361,13 @@ class Agent:
                 run.partial.append(event.data)
             await emit(event)
 
+        token = current_run_id.set(run.run_id)
         try:
-            result = await self._run_guarded(run, messages, record, budget)
+            result = await self._run_guarded(
+                run, messages, record, budget, permission_handler or self.permission_handler
+            )
         finally:
+            current_run_id.reset(token)
             del self._runs[run.run_id]
         self._state.status = "completed" if result.success else "error"
         self._state.messages = copy_messages(result.messages)
@@ -352,7 +378,12 @@ class Agent:
         return result
 
     async def _run_guarded(
-        self, run: _Run, messages: list[LLMMessage], emit: Emit, budget: int | None
+        self,
+        run: _Run,
+        messages: list[LLMMessage],
+        emit: Emit,
+        budget: int | None,
+        permission_handler: PermissionHandler | None,
     ) -> AgentRunResult:
         timeout_s = self.config.timeout_ms / 1000 if self.config.timeout_ms else None
         outcome: BackendOutcome | None = None
@@ -373,7 +404,7 @@ class Agent:
                     emit=emit,
                     max_token_budget=budget,
                     max_turns=self.config.max_turns,
-                    permission_handler=self.permission_handler,
+                    permission_handler=permission_handler,
                 )
                 try:
                     outcome = await self._get_backend().run(context)
@@ -528,9 +559,17 @@ class RunStream:
     final :class:`AgentRunResult` once the stream has ended.
     """
 
-    def __init__(self, agent: Agent, messages: list[LLMMessage], run_id: str) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        messages: list[LLMMessage],
+        run_id: str,
+        *,
+        permission_handler: PermissionHandler | None = None,
+    ) -> None:
         self.run_id = run_id
         self._agent = agent
+        self._permission_handler = permission_handler
         self._messages: list[LLMMessage] | None = messages
         self._outcome = _StreamOutcome()
         self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](0)
@@ -556,7 +595,9 @@ class RunStream:
         if self._messages is None:
             raise RuntimeError("a stream can be iterated once")
         messages, self._messages = self._messages, None
-        producer = _produce(self._agent, messages, self.run_id, self._send, self._outcome)
+        producer = _produce(
+            self._agent, messages, self.run_id, self._send, self._outcome, self._permission_handler
+        )
         self._task = asyncio.get_running_loop().create_task(producer)
         self._agent._streams.add(self._task)
         self._task.add_done_callback(self._agent._streams.discard)
@@ -608,12 +649,17 @@ async def _produce(
     run_id: str,
     send: MemoryObjectSendStream[StreamEvent],
     outcome: _StreamOutcome,
+    permission_handler: PermissionHandler | None,
 ) -> None:
     """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook)."""
     async with send:
         try:
             result = await agent.execute(
-                messages, run_id=run_id, emit=send.send, raise_callback_errors=True
+                messages,
+                run_id=run_id,
+                emit=send.send,
+                permission_handler=permission_handler,
+                raise_callback_errors=True,
             )
         except _HookFailed as failed:
             outcome.result = failed.result

@@ -109,9 +109,12 @@ class BackendOutcome:
 class Backend(Protocol):
     """A live backend, created lazily by its config and cached on the agent."""
 
-    #: Text-only transports refuse structured input (PROTOCOL.md §8).
-    external: bool
-    kind: BackendKind
+    @property
+    def external(self) -> bool:
+        """Text-only transports refuse structured input (PROTOCOL.md §8)."""
+
+    @property
+    def kind(self) -> BackendKind: ...
 
     async def run(self, ctx: RunContext) -> BackendOutcome: ...
 
