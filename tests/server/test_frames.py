@@ -117,7 +117,7 @@ async def test_pipelined_requests_after_initialize(short_dir: Path) -> None:
         for number in range(1, 6):
             request = {"jsonrpc": "2.0", "id": number, "method": "agents/list"}
             await ws.send(orjson.dumps(request).decode())
-        answers = {}
+        answers: dict[int, Any] = {}
         with anyio.fail_after(5):
             while len(answers) < 6:
                 answer = orjson.loads(await ws.recv())

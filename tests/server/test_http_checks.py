@@ -104,6 +104,7 @@ async def test_host_must_be_loopback_with_the_listening_port(short_dir: Path) ->
     config = make_config(short_dir, 'allowed_hosts = ["Bridge.Test"]')
     async with running_daemon(config) as running:
         port = running.port
+        assert port is not None
         auth = UPGRADE_HEADERS + bearer(running)
         for good in (
             f"127.0.0.1:{port}",
