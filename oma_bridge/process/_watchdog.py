@@ -37,15 +37,27 @@ _STATE_MAGIC = "oma-bridge-supervisor 1"
 _COMPACT_LINES = 4096
 
 
-def start_time(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot, or ``None`` if gone."""
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, or ``None`` if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             data = stat.read()
     except OSError:
         return None
-    # Field 22; the command name (field 2) may hold spaces and parentheses.
-    return int(data.rsplit(b")", 1)[1].split()[19])
+    # The command name (field 2) may hold spaces and parentheses.
+    return data.rsplit(b")", 1)[1].split()
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot, or ``None`` if gone."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None  # field 22
+
+
+def _running(pid: int, started: int) -> bool:
+    """Whether ``pid`` is still the process that started at ``started``, and not a zombie."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != b"Z" and int(fields[19]) == started
 
 
 def kill_tagged(tag: str, *, exact: bool = False) -> int:
@@ -130,7 +142,7 @@ def reap_state_dir(state_dir: Path) -> int:
             owner, watchdog, groups = _read_state(path)
         except (OSError, ValueError):
             continue
-        if watchdog is not None and start_time(watchdog[0]) == watchdog[1]:
+        if watchdog is not None and _running(*watchdog):
             continue
         reap_everything(owner, groups.items())
         with contextlib.suppress(OSError):

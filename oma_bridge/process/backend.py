@@ -106,18 +106,21 @@ class ProcessBackend:
             async for chunk in process.stdout:
                 received += len(chunk)
                 if received > cap:
-                    raise BackendError(
-                        f'Process backend "{label}" exceeded max_output_bytes:'
-                        f" more than {cap} bytes of stdout"
-                    )
+                    break  # raised below: a task group would wrap it in a group
                 if text := decoder.decode(chunk):
                     parts.append(text)
                     await ctx.emit(StreamEvent("text", text))
-            if text := decoder.decode(b"", final=True):
-                parts.append(text)
-                await ctx.emit(StreamEvent("text", text))
-            await process.wait_closed()
+            else:
+                if text := decoder.decode(b"", final=True):
+                    parts.append(text)
+                    await ctx.emit(StreamEvent("text", text))
+                await process.wait_closed()
             tasks.cancel_scope.cancel()
+        if received > cap:
+            raise BackendError(
+                f'Process backend "{label}" exceeded max_output_bytes:'
+                f" more than {cap} bytes of stdout"
+            )
         return "".join(parts)
 
 

@@ -1,0 +1,191 @@
+"""The supervisor on its own: crash safety, leftover reaping, the close sequence."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import orjson
+import psutil
+import pytest
+
+from oma_bridge.process import Supervisor, reap_leftovers
+from oma_bridge.process._watchdog import start_time
+
+from .conftest import AGENTS, kill_all, wait_gone
+
+pytestmark = pytest.mark.anyio
+
+
+class Parent:
+    """``tests/agents/proc_parent.py``: a real process holding a supervised tree."""
+
+    def __init__(self, state_dir: Path | None, *flags: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(AGENTS / "proc_parent.py"), str(state_dir or "-"), *flags],
+            stdout=subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, "the parent died before its tree ran"
+        self.pids: dict[str, int] = orjson.loads(line)
+
+    @property
+    def tree(self) -> list[int]:
+        return [self.pids["child"], self.pids["grandchild"]]
+
+    def sigkill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def cleanup(self) -> None:
+        kill_all([self.process.pid, self.pids["watchdog"], *self.tree])
+        self.process.wait()
+
+
+def _registered(state_dir: Path, pid: int, line: str = "+") -> Path:
+    """The state file, once the watchdog (a separate process) has logged ``pid``."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        for path in state_dir.glob("*.state"):
+            if f"\n{line}{pid} " in path.read_text():
+                return path
+        time.sleep(0.01)
+    raise AssertionError(f"{line}{pid} never reached a state file")
+
+
+@pytest.fixture
+def parents() -> Iterator[list[Parent]]:
+    started: list[Parent] = []
+    yield started
+    for parent in started:
+        parent.cleanup()
+
+
+@pytest.mark.parametrize("flags", [(), ("--ignore-term",), ("--escape", "--ignore-term")], ids=str)
+def test_sigkill_of_the_parent_ends_its_children_and_grandchildren(
+    parents: list[Parent], flags: tuple[str, ...]
+) -> None:
+    parent = Parent(None, *flags)
+    parents.append(parent)
+    assert not wait_gone(parent.tree, within=0.2)  # the tree really runs
+    parent.sigkill()
+    assert wait_gone([*parent.tree, parent.pids["watchdog"]], within=3.0)
+
+
+def test_state_file_lets_the_next_start_reap_what_a_dead_watchdog_left(
+    parents: list[Parent], tmp_path: Path
+) -> None:
+    parent = Parent(tmp_path, "--escape")
+    parents.append(parent)
+    state_file = _registered(tmp_path, parent.pids["child"])
+    # Watchdog and daemon die together (an OOM kill, a kill of both): nobody reaps.
+    os.kill(parent.pids["watchdog"], signal.SIGKILL)
+    parent.sigkill()
+    assert not wait_gone(parent.tree, within=0.3)
+    assert reap_leftovers(tmp_path) == 1
+    assert wait_gone(parent.tree, within=2.0)
+    assert not state_file.exists()
+
+
+def test_reaping_leaves_a_live_daemon_and_recycled_pids_alone(
+    parents: list[Parent], tmp_path: Path
+) -> None:
+    parent = Parent(tmp_path)
+    parents.append(parent)
+    _registered(tmp_path, parent.pids["child"])
+    # A second, stale state file whose group id now belongs to a stranger:
+    # same pid, another start time.
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        started = start_time(stranger.pid)
+        assert started is not None
+        (tmp_path / "feedfacefeedface.state").write_text(
+            "oma-bridge-supervisor 1\nowner feedfacefeedface\nwatchdog 999999999 1\n"
+            f"+{stranger.pid} {started + 1}\n"
+        )
+        assert reap_leftovers(tmp_path) == 1  # the stale file, not the live daemon's
+        time.sleep(0.2)
+        assert stranger.poll() is None
+        assert not wait_gone(parent.tree, within=0.2)
+        assert len(list(tmp_path.glob("*.state"))) == 1
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_clean_watchdog_stop_removes_its_state_file(tmp_path: Path) -> None:
+    async def main() -> Supervisor:
+        supervisor = Supervisor(state_dir=tmp_path)
+        process = await supervisor.spawn(["true"], stdin=False)
+        await process.wait()
+        await process.stop(1.0)
+        return supervisor
+
+    supervisor = anyio.run(main)
+    assert supervisor.watchdog_pid is not None
+    _registered(tmp_path, supervisor.watchdog_pid, line="watchdog ")
+    supervisor.close()
+    assert list(tmp_path.glob("*.state")) == []
+
+
+async def test_stop_closing_stdin_first_lets_a_well_behaved_agent_leave() -> None:
+    supervisor = Supervisor()
+    try:
+        process = await supervisor.spawn(["cat"])
+        assert process.stdin is not None
+        await process.stdin.send(b"bye")
+        assert await process.stdout.receive() == b"bye"
+        started = anyio.current_time()
+        await process.stop(5.0, close_stdin_first=True)
+        assert anyio.current_time() - started < 1.0  # no SIGTERM needed
+        assert process.returncode == 0
+    finally:
+        supervisor.close()
+
+
+async def test_stop_escalates_to_sigkill_and_drains_stderr_throughout() -> None:
+    supervisor = Supervisor()
+    code = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "sys.stderr.write('x' * 1_000_000 + ' token=abc end')\n"
+        "sys.stderr.flush()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    try:
+        process = await supervisor.spawn([sys.executable, "-c", code], stderr_tail_bytes=20)
+        # Nobody reads stderr here: the loop drains it, or the child would block.
+        with anyio.fail_after(10):
+            assert await process.stdout.receive() == b"ready\n"
+            while not process.stderr.text().endswith("end"):  # noqa: ASYNC110 (a poll)
+                await anyio.sleep(0.01)
+        assert process.stderr.text() == "xxxxxx token=[redacted] end"
+        started = anyio.current_time()
+        await process.stop(0.3, close_stdin_first=True)
+        assert 0.6 <= anyio.current_time() - started < 3.0  # two graces, then SIGKILL
+        assert process.returncode == -signal.SIGKILL
+    finally:
+        supervisor.close()
+
+
+async def test_a_dead_watchdog_is_replaced_and_still_guards() -> None:
+    supervisor = Supervisor()
+    try:
+        first = await supervisor.spawn(["sleep", "30"], stdin=False)
+        old = supervisor.watchdog_pid
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        assert wait_gone([old], within=2.0)
+        await first.stop(0.5)  # unregistering notices the broken pipe
+        assert supervisor.watchdog_pid not in (None, old)
+        assert psutil.pid_exists(supervisor.watchdog_pid or 0)
+    finally:
+        supervisor.close()
