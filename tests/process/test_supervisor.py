@@ -164,7 +164,10 @@ async def test_stop_escalates_to_sigkill_and_drains_stderr_throughout() -> None:
         process = await supervisor.spawn([sys.executable, "-c", code], stderr_tail_bytes=20)
         # Nobody reads stderr here: the loop drains it, or the child would block.
         with anyio.fail_after(10):
-            assert await process.stdout.receive() == b"ready\n"
+            received = b""
+            while not received.endswith(b"\n"):
+                received += await process.stdout.receive()
+            assert received == b"ready\n"
             while not process.stderr.text().endswith("end"):  # noqa: ASYNC110 (a poll)
                 await anyio.sleep(0.01)
         assert process.stderr.text() == "xxxxxx token=[redacted] end"
