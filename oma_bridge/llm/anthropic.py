@@ -19,7 +19,7 @@ import orjson
 from ..messages import LLMMessage, validate_messages
 from ..results import TokenUsage
 from .http import ProviderHTTP, error_text
-from .sse import aiter_sse, parse_json_data
+from .sse import SSEEvent, aiter_sse, parse_json_data
 from .types import (
     ChatRequest,
     ChatResponse,
@@ -145,11 +145,16 @@ class AnthropicAdapter:
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamDelta]:
         validate_messages(request.messages)
         headers = {**self._headers(), "accept": "text/event-stream"}
+        decoder = _StreamDecoder(self.http)
         async with self.http.open(self.url, headers, build_body(request, stream=True)) as response:
-            async for delta in _StreamDecoder(self.http).decode(
-                aiter_sse(self.http.aiter_bytes(response))
-            ):
-                yield delta
+            async for events in aiter_sse(self.http.aiter_bytes(response)):
+                for event in events:
+                    delta = decoder.handle(event)
+                    if delta is not None:
+                        yield delta
+                        if type(delta) is TurnEnd:
+                            return
+        raise self.http.error("stream ended before message_stop")
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -166,36 +171,29 @@ class _StreamDecoder:
         self.tool: dict[int, tuple[dict[str, Any], list[str]]] = {}
         self.reasoning: dict[int, dict[str, Any]] = {}
 
-    async def decode(self, events: AsyncIterator[Any]) -> AsyncIterator[StreamDelta]:
-        async for event in events:
-            data = parse_json_data(event, PROVIDER)
-            kind = data.get("type") if isinstance(data, dict) else None
-            if kind == "content_block_delta":
-                delta = self._delta(data)
-                if delta is not None:
-                    yield delta
-            elif kind == "content_block_start":
-                started = self._start(data)
-                if started is not None:
-                    yield started
-            elif kind == "content_block_stop":
-                finished = self._stop(data)
-                if finished is not None:
-                    yield finished
-            elif kind == "message_start":
-                _usage(data.get("message", {}).get("usage"), self.turn.usage)
-            elif kind == "message_delta":
-                _usage(data.get("usage"), self.turn.usage)
-                stop = data.get("delta", {}).get("stop_reason")
-                if stop is not None:
-                    self.turn.stop_reason = stop
-            elif kind == "message_stop":
-                yield TurnEnd(self.turn.response())
-                return
-            elif kind == "error":
-                raise self.http.error(f"stream error: {error_text(data) or repr(event.data)}")
-            # "ping" and event types added later are ignored, as the API asks.
-        raise self.http.error("stream ended before message_stop")
+    def handle(self, event: SSEEvent) -> StreamDelta | None:
+        """One event in; the delta it completes, if any (ordered by frequency)."""
+        data = parse_json_data(event, PROVIDER)
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind == "content_block_delta":
+            return self._delta(data)
+        if kind == "content_block_start":
+            return self._start(data)
+        if kind == "content_block_stop":
+            return self._stop(data)
+        if kind == "message_start":
+            _usage(data.get("message", {}).get("usage"), self.turn.usage)
+        elif kind == "message_delta":
+            _usage(data.get("usage"), self.turn.usage)
+            stop = data.get("delta", {}).get("stop_reason")
+            if stop is not None:
+                self.turn.stop_reason = stop
+        elif kind == "message_stop":
+            return TurnEnd(self.turn.response())
+        elif kind == "error":
+            raise self.http.error(f"stream error: {error_text(data) or repr(event.data)}")
+        # "ping" and event types added later are ignored, as the API asks.
+        return None
 
     def _delta(self, data: dict[str, Any]) -> StreamDelta | None:
         delta = data.get("delta", {})

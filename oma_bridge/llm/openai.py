@@ -204,48 +204,71 @@ class OpenAIAdapter:
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamDelta]:
         validate_messages(request.messages)
         headers = {**self._headers(), "accept": "text/event-stream"}
+        decoder = _StreamDecoder(self.http)
         async with self.http.open(self.url, headers, build_body(request, stream=True)) as response:
-            async for delta in self._decode(aiter_sse(self.http.aiter_bytes(response))):
-                yield delta
-
-    async def _decode(self, events: AsyncIterator[SSEEvent]) -> AsyncIterator[StreamDelta]:
-        turn = TurnBuilder()
-        calls = _ToolCalls(self.http)
-        done = False
-        async for event in events:
-            if event.data == _DONE:
-                done = True
-                break
-            data = parse_json_data(event, PROVIDER)
-            if not isinstance(data, dict):
-                continue
-            if "error" in data:
-                raise self.http.error(f"stream error: {error_text(data) or repr(event.data)}")
-            for choice in data.get("choices") or ():
-                delta = choice.get("delta") or {}
-                reasoning = _reasoning_text(delta)
-                if reasoning:
-                    turn.reasoning(reasoning, PROVIDER)
-                    yield ReasoningDelta(reasoning)
-                text = delta.get("content")
-                if isinstance(text, str) and text:
-                    turn.text(text)
-                    yield TextDelta(text)
-                for call in delta.get("tool_calls") or ():
-                    calls.add(call)
-                if choice.get("finish_reason"):
-                    turn.stop_reason = choice["finish_reason"]
-            if data.get("usage"):
-                _usage(data["usage"], turn.usage)
-        if not done and turn.stop_reason is None:
+            async for events in aiter_sse(self.http.aiter_bytes(response)):
+                for event in events:
+                    if event.data == _DONE:
+                        for delta in decoder.finish():
+                            yield delta
+                        return
+                    for delta in decoder.handle(event):
+                        yield delta
+        # Some servers end without "[DONE]"; a finish_reason says the turn was whole.
+        if decoder.turn.stop_reason is None:
             raise self.http.error("stream ended before [DONE]")
-        for block in calls.blocks():
-            turn.block(block)
-            yield ToolUseDelta(block)
-        yield TurnEnd(turn.response())
+        for delta in decoder.finish():
+            yield delta
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+class _StreamDecoder:
+    """Chat Completions chunks → deltas; :meth:`finish` assembles the turn."""
+
+    def __init__(self, http: ProviderHTTP) -> None:
+        self.http = http
+        self.turn = TurnBuilder()
+        self.calls = _ToolCalls(http)
+
+    def handle(self, event: SSEEvent) -> list[StreamDelta]:
+        data = parse_json_data(event, PROVIDER)
+        if not isinstance(data, dict):
+            return []
+        if "error" in data:
+            raise self.http.error(f"stream error: {error_text(data) or repr(event.data)}")
+        deltas: list[StreamDelta] = []
+        for choice in data.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if len(delta) > 1 or "content" not in delta:  # rarer keys, off the hot path
+                deltas += self._rest(delta)
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                self.turn.text(text)
+                deltas.append(TextDelta(text))
+            if choice.get("finish_reason"):
+                self.turn.stop_reason = choice["finish_reason"]
+        if data.get("usage"):
+            _usage(data["usage"], self.turn.usage)
+        return deltas
+
+    def _rest(self, delta: Mapping[str, Any]) -> list[StreamDelta]:
+        for call in delta.get("tool_calls") or ():
+            self.calls.add(call)
+        reasoning = _reasoning_text(delta)
+        if reasoning:
+            self.turn.reasoning(reasoning, PROVIDER)
+            return [ReasoningDelta(reasoning)]
+        return []
+
+    def finish(self) -> list[StreamDelta]:
+        deltas: list[StreamDelta] = []
+        for block in self.calls.blocks():
+            self.turn.block(block)
+            deltas.append(ToolUseDelta(block))
+        deltas.append(TurnEnd(self.turn.response()))
+        return deltas
 
 
 class _ToolCalls:

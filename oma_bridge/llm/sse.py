@@ -87,14 +87,22 @@ class SSEDecoder:
         return events
 
 
-async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncIterator[SSEEvent]:
-    """Parse an async stream of byte chunks into events."""
+async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncIterator[list[SSEEvent]]:
+    """Parse an async stream of byte chunks into events, one list per chunk read.
+
+    Lists rather than single events: the consumer loops over a list
+    synchronously, which saves one async-generator hop per token (the hop
+    costs as much as parsing the event).  Nothing waits: a list holds just
+    what one network read completed.
+    """
     decoder = SSEDecoder()
     async for chunk in chunks:
-        for event in decoder.feed(chunk):
-            yield event
-    for event in decoder.close():
-        yield event
+        events = decoder.feed(chunk)
+        if events:
+            yield events
+    events = decoder.close()
+    if events:
+        yield events
 
 
 def parse_json_data(event: SSEEvent, provider: str) -> Any:
