@@ -4,11 +4,12 @@
 headers and says what to answer (:class:`Answer`), or ``None`` to let the
 upgrade go on.  The order of the checks, first match wins:
 
-1. ``GET /healthz`` → 200 ``ok``, no authentication, nothing else revealed;
+1. ``GET /healthz`` → 200 ``ok``, no authentication, nothing else revealed
+   (any other method on it is a plain request: 404);
 2. a ``token`` in the query string → 400, even a correct one: a token in a
    URL ends up in histories and proxy logs, so the client is told loudly
    whatever else the request is;
-3. not a WebSocket upgrade → 404;
+3. not a WebSocket upgrade (not a GET with ``Upgrade: websocket``) → 404;
 4. TCP only: ``Host`` must be ``127.0.0.1:PORT``, ``localhost:PORT``,
    ``[::1]:PORT``, the listener's own IP address, or a configured name, with
    the port the request came in on → else 403 (DNS rebinding);
@@ -160,18 +161,23 @@ class RequestPolicy:
         self._host_names = frozenset((*_LOOPBACK_NAMES, *extra))
 
     def check(
-        self, target: str, headers: Headers, listener: ListenerKind, port: int | None
+        self,
+        target: str,
+        headers: Headers,
+        listener: ListenerKind,
+        port: int | None,
+        method: str = "GET",
     ) -> Answer | None:
-        """What to answer to a request for ``target``; ``None`` lets the upgrade proceed.
+        """What to answer to a ``method`` request for ``target``; ``None`` lets the upgrade go on.
 
         ``port`` is the local port the request arrived on (TCP only).
         """
         url = urlsplit(target)
-        if url.path == HEALTHZ_PATH:
+        if method == "GET" and url.path == HEALTHZ_PATH:
             return HEALTHY
         if any(name == "token" for name, _ in parse_qsl(url.query, keep_blank_values=True)):
             return Answer.refuse(HTTPStatus.BAD_REQUEST, "token in the query string")
-        if not _is_upgrade(headers):
+        if method != "GET" or not _is_upgrade(headers):
             return Answer.refuse(HTTPStatus.NOT_FOUND, "not a WebSocket upgrade")
         if listener == "tcp" and not self._host_ok(headers, port):
             return Answer.refuse(HTTPStatus.FORBIDDEN, "Host not allowed")

@@ -30,7 +30,14 @@ from websockets.frames import CloseCode
 
 from .._version import __version__
 from ..errors import WireError
-from ..jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Event, Peer
+from ..jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ConnectionClosedError,
+    Event,
+    Peer,
+)
 from .auth import ListenerKind
 from .config import ServerConfig
 from .discovery import PROTOCOL_VERSION
@@ -87,7 +94,7 @@ class Gateway:
                 # A client that stops reading must not hold the daemon's memory.
                 logger.warning("connection %s stopped reading; dropping it", session_id)
                 ws.transport.abort()
-                raise
+                raise ConnectionClosedError("the client stopped reading") from None
 
         async def on_request(method: str, params: Any) -> Any:
             return await self._dispatch(session, method, params)

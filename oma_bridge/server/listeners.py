@@ -176,7 +176,7 @@ def _process_request(
 ) -> Callable[[ServerConnection, Request], Response | None]:
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         port = connection.local_address[1] if kind == "tcp" else None
-        answer = policy.check(request.path, request.headers, kind, port)
+        answer = policy.check(request.path, request.headers, kind, port, request.method)
         if answer is None and not slots.take(connection):
             answer = Answer.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "connection limit reached")
         if answer is None:

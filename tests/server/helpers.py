@@ -75,8 +75,9 @@ async def raw_http(
     *,
     via: str = "tcp",
     host: str | None = "default",
+    method: str = "GET",
 ) -> tuple[int, str]:
-    """Send one raw HTTP/1.1 GET; returns (status, body).  ``host=None`` sends no Host."""
+    """Send one raw HTTP/1.1 request; returns (status, body).  ``host=None`` sends no Host."""
     if via == "tcp":
         assert running.port is not None
         stream: Any = await anyio.connect_tcp("127.0.0.1", running.port)
@@ -85,7 +86,7 @@ async def raw_http(
         assert running.socket_path is not None
         stream = await anyio.connect_unix(running.socket_path)
         default_host = "localhost"
-    lines = [f"GET {target} HTTP/1.1"]
+    lines = [f"{method} {target} HTTP/1.1"]
     if host is not None:
         lines.append(f"Host: {default_host if host == 'default' else host}")
     lines += [f"{name}: {value}" for name, value in headers or []]

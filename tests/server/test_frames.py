@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +250,32 @@ async def test_requests_in_flight_are_cancelled_when_the_client_leaves(short_dir
             await cancelled.wait()
             await closed.wait()
         assert not finished.is_set()
+
+
+async def test_a_client_that_stops_reading_is_dropped(
+    short_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="oma_bridge.server")
+    dropped = anyio.Event()
+    methods = MethodRegistry()
+
+    @methods.method("test/flood")
+    async def flood(session: Session, params: Any) -> None:
+        try:
+            while True:
+                await session.notify("test/chunk", {"data": "z" * 1_000_000})
+        finally:
+            dropped.set()
+
+    config = make_config(short_dir, "send_timeout_s = 0.5", tcp=False)
+    async with running_daemon(config, methods) as running:
+        async with unix_connect(str(running.socket_path), max_size=None) as ws:
+            await initialize(ws)
+            await ws.send('{"jsonrpc": "2.0", "id": 1, "method": "test/flood"}')
+            # Never read again: the daemon must give up on this client.
+            with anyio.fail_after(10):
+                await dropped.wait()
+            assert any("stopped reading" in r.getMessage() for r in caplog.records)
+        # The daemon still serves others.
+        async with unix_connect(str(running.socket_path)) as other:
+            await initialize(other)

@@ -33,6 +33,8 @@ async def test_plain_http_is_404_with_or_without_token(short_dir: Path) -> None:
         assert (await raw_http(running, "/"))[0] == 404
         assert (await raw_http(running, "/status", bearer(running)))[0] == 404
         assert (await raw_http(running, "/", via="unix"))[0] == 404
+        assert (await raw_http(running, "/healthz", method="POST"))[0] == 404
+        assert (await raw_http(running, "/", UPGRADE_HEADERS, method="POST"))[0] == 404
 
 
 async def test_token_in_query_is_400_even_when_correct(short_dir: Path) -> None:
