@@ -59,6 +59,9 @@ class ProcessBackend:
         assert config.timeout_s is not None
         raise RunTimeoutError.for_agent(label, round(config.timeout_s * 1000))
 
+    async def aclose(self) -> None:
+        """Nothing to release: each run ends its own process tree before it returns."""
+
     async def _run(
         self, ctx: RunContext, label: str, argv: list[str], prompt: str
     ) -> BackendOutcome:
