@@ -1,10 +1,14 @@
-"""What clients may learn about the declared agent profiles: ``AgentProfileInfo``.
+"""Declared agent profiles: their public view, and the library config they stand for.
 
-Exactly ``{"name", "kind", "description"?, "model"?}`` (PROTOCOL §4, §11.27):
-nothing about commands, arguments, environments or folders leaves the
-daemon.  This module is also where a profile will be turned into the
-library's ``AgentConfig`` (and the process/ACP backend configs) when agent
-methods are plugged in.
+:func:`agent_profile_info` is what clients may learn: exactly ``{"name",
+"kind", "description"?, "model"?}`` (PROTOCOL §4, §11.27); nothing about
+commands, arguments, environments or folders leaves the daemon.
+
+:func:`profile_agent_config` turns a profile into the library's
+:class:`~oma_bridge.agent.AgentConfig` (with a ``ProcessConfig`` or
+``AcpConfig`` backend for external kinds).  ``timeout_s`` goes to the
+backend config of external kinds and to ``timeout_ms`` of an LLM agent;
+``stop_grace_s`` falls back to the ``[server]`` value (PROTOCOL §11.37).
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .config import AcpProfile, LlmProfile, ProcessProfile
+from ..acp.config import AcpConfig
+from ..agent import AgentConfig
+from ..process.config import ProcessConfig
+from .config import AcpProfile, LlmProfile, ProcessProfile, ServerSection
 
-__all__ = ["agent_profile_info", "agent_profile_infos"]
+__all__ = ["agent_profile_info", "agent_profile_infos", "profile_agent_config"]
 
 Profile = LlmProfile | ProcessProfile | AcpProfile
 
@@ -33,3 +40,52 @@ def agent_profile_info(name: str, profile: Profile) -> dict[str, Any]:
 def agent_profile_infos(agents: Mapping[str, Profile]) -> list[dict[str, Any]]:
     """The public view of every profile, in config order."""
     return [agent_profile_info(name, profile) for name, profile in agents.items()]
+
+
+def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> AgentConfig:
+    """The :class:`AgentConfig` of profile ``name`` (overrides are the caller's to apply)."""
+    common: dict[str, Any] = {
+        "name": name,
+        "description": profile.description,
+        "system_prompt": profile.system_prompt,
+    }
+    if isinstance(profile, LlmProfile):
+        llm = profile.model_dump(exclude={"kind", "description", "system_prompt", "timeout_s"})
+        if profile.max_turns is None:
+            del llm["max_turns"]
+        timeout_ms = None if profile.timeout_s is None else round(profile.timeout_s * 1000)
+        return AgentConfig(**common, **llm, timeout_ms=timeout_ms)
+    external: dict[str, Any] = {
+        "command": profile.command,
+        "args": profile.args,
+        "env": dict(profile.env),
+        "timeout_s": profile.timeout_s,
+    }
+    if isinstance(profile, ProcessProfile):
+        process = ProcessConfig(
+            **external,
+            cwd=str(profile.cwd) if profile.cwd is not None else None,
+            input=profile.input,
+            stop_grace_s=server.stop_grace_s
+            if profile.stop_grace_s is None
+            else profile.stop_grace_s,
+            **(
+                {}
+                if profile.max_output_bytes is None
+                else {"max_output_bytes": profile.max_output_bytes}
+            ),
+        )
+        return AgentConfig(**common, backend=process)
+    acp = AcpConfig(
+        **external,
+        cwd=profile.cwd,
+        permission=profile.permission,
+        fs=profile.fs,
+        terminal=profile.terminal,
+        model=profile.model,
+        auth_method=profile.auth_method,
+        mcp_servers=profile.mcp_servers,
+        cancel_grace_s=profile.cancel_grace_s,
+        stop_grace_s=server.stop_grace_s,
+    )
+    return AgentConfig(**common, backend=acp)

@@ -161,3 +161,39 @@ def test_invalid_toml_and_unreadable_file(tmp_path: Path) -> None:
     assert "not valid TOML" in error.problem
     with pytest.raises(ConfigError, match="cannot read the config"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_profiles_become_agent_configs(tmp_path: Path) -> None:
+    from oma_bridge.acp.config import AcpConfig
+    from oma_bridge.process.config import ProcessConfig
+    from oma_bridge.server.profiles import profile_agent_config
+
+    config = parse_config(
+        "[server]\nstop_grace_s = 2\n"
+        '[agents.echo]\nkind = "llm"\nprovider = "echo"\nmodel = "echo-1"\ntimeout_s = 1.5\n'
+        'system_prompt = "be brief"\n'
+        '[agents.wc]\nkind = "process"\ncommand = "wc"\nargs = ["-w"]\ncwd = "."\n'
+        'input = "argument"\nmax_output_bytes = 100\n'
+        '[agents.demo]\nkind = "acp"\ncommand = "@python"\npermission = "reject"\n',
+        source="x",
+        base_dir=tmp_path,
+    )
+    echo = profile_agent_config("echo", config.agents["echo"], config.server)
+    assert (echo.name, echo.provider, echo.model, echo.timeout_ms) == (
+        "echo",
+        "echo",
+        "echo-1",
+        1500,
+    )
+    assert echo.system_prompt == "be brief" and echo.backend is None
+    wc = profile_agent_config("wc", config.agents["wc"], config.server)
+    assert isinstance(wc.backend, ProcessConfig)
+    assert (wc.backend.command, wc.backend.args, wc.backend.input) == ("wc", ("-w",), "argument")
+    assert (wc.backend.cwd, wc.backend.max_output_bytes, wc.backend.stop_grace_s) == (
+        str(tmp_path),
+        100,
+        2,
+    )
+    demo = profile_agent_config("demo", config.agents["demo"], config.server)
+    assert isinstance(demo.backend, AcpConfig)
+    assert (demo.backend.command, demo.backend.permission) == (sys.executable, "reject")
