@@ -26,6 +26,20 @@ __all__ = ["SSEDecoder", "SSEEvent", "aiter_sse", "parse_json_data"]
 
 #: How much of a bad data line a ProviderError quotes.
 _SNIPPET = 200
+#: Event names seen on every token, decoded once.
+_EVENT_NAMES = {
+    name.encode(): name
+    for name in (
+        "content_block_delta",
+        "content_block_start",
+        "content_block_stop",
+        "message_delta",
+        "message_start",
+        "message_stop",
+        "ping",
+        "error",
+    )
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +63,35 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume ``chunk`` and return the events it completed."""
         buffer = self._buffer + chunk if self._buffer else chunk
+        if b"\r" in buffer or self._data or self._event is not None:
+            return self._feed_lines(buffer)
+        # Fast path for what providers send: "\n" line ends, one event per
+        # "\n\n"-terminated block.  The unterminated tail waits whole.
+        blocks = buffer.split(b"\n\n")
+        self._buffer = blocks.pop()
+        events: list[SSEEvent] = []
+        for block in blocks:
+            event = self._simple_block(block)
+            if event is not None:
+                events.append(event)
+            elif block:
+                events += self._lines([*block.split(b"\n"), b""])
+        return events
+
+    def _simple_block(self, block: bytes) -> SSEEvent | None:
+        """``data: x`` or ``event: e\ndata: x`` without parsing line by line, else None."""
+        name = "message"
+        if block.startswith(b"event: "):
+            end = block.find(b"\n")
+            if end < 0:
+                return None
+            raw_name, block = block[7:end], block[end + 1 :]
+            name = _EVENT_NAMES.get(raw_name) or raw_name.decode("utf-8", "replace")
+        if block.startswith(b"data: ") and b"\n" not in block:
+            return SSEEvent(name, block[6:])
+        return None
+
+    def _feed_lines(self, buffer: bytes) -> list[SSEEvent]:
         lines = buffer.splitlines(keepends=True)
         # An unterminated last line waits for more bytes; so does a trailing
         # "\r", which may be the first half of a "\r\n" split across chunks.

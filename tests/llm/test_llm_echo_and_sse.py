@@ -114,6 +114,31 @@ def test_sse_chunking_never_changes_the_events(data: st.DataObject) -> None:
     assert decode(*pieces) == decode(stream)
 
 
+_LF_STREAM = (
+    b"event: message_start\ndata: {}\n\n"
+    b": ping\n\n\n"
+    b"data: a\ndata: b\n\n"
+    b"event: x\nid: 3\ndata: c\n\n"
+    b"data:tight\n\n"
+    b"data: [DONE]\n\n"
+    b"data: dropped at the end\n"
+)
+
+
+@given(st.data())
+def test_sse_fast_path_matches_the_line_rules_under_any_chunking(data: st.DataObject) -> None:
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(_LF_STREAM)), max_size=12)))
+    bounds = zip([0, *cuts], [*cuts, len(_LF_STREAM)], strict=True)
+    pieces = [_LF_STREAM[i:j] for i, j in bounds]
+    assert decode(*pieces) == [
+        SSEEvent("message_start", b"{}"),
+        SSEEvent("message", b"a\nb"),
+        SSEEvent("x", b"c"),
+        SSEEvent("message", b"tight"),
+        SSEEvent("message", b"[DONE]"),
+    ]
+
+
 def test_malformed_json_data_is_a_provider_error() -> None:
     with pytest.raises(ProviderError, match="malformed stream event") as caught:
         parse_json_data(SSEEvent("message", b"{not json"), "openai")
