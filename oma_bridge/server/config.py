@@ -170,7 +170,7 @@ class ServerSection(_Frozen):
         endpoint = TcpEndpoint.parse(value)
         if not endpoint.is_loopback and not info.data.get("allow_remote", False):
             raise ValueError(
-                f"{endpoint.host!r} is not a loopback address; "
+                "the host is not a loopback address; "
                 "set allow_remote = true to listen beyond this machine"
             )
         return endpoint
