@@ -209,3 +209,13 @@ async def test_missing_token_file_refuses_to_start(short_dir: Path) -> None:
     config = make_config(short_dir, f'token_file = "{short_dir / "nope"}"')
     with pytest.raises(ConfigError, match=r"server\.token_file: cannot open"):
         await serve(config)
+
+
+async def test_allow_remote_binds_every_address_and_still_checks_host(short_dir: Path) -> None:
+    config = make_config(short_dir, 'allow_remote = true\ntcp = "0.0.0.0:0"', tcp=False)
+    async with running_daemon(config) as running:
+        assert running.url == f"ws://127.0.0.1:{running.port}/"
+        auth = [*UPGRADE_HEADERS, ("Authorization", f"Bearer {running.token}")]
+        assert (await raw_http(running, "/", auth))[0] == 101
+        assert (await raw_http(running, "/", auth, host=f"0.0.0.0:{running.port}"))[0] == 403
+        assert (await raw_http(running, "/", UPGRADE_HEADERS))[0] == 401
