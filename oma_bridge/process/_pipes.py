@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -137,6 +138,20 @@ class ChildStdin(anyio.abc.ByteSendStream):
         self._closed = True
         self._protocol._pipe(0, "close")
 
+    def write_and_close(self, data: bytes) -> None:
+        """Queue ``data`` and close stdin once it is flushed; never blocks.
+
+        For a payload already in memory (a prompt): the loop writes it as the
+        child reads, so no task has to wait on the pipe, and a child that
+        exits without reading is no error.
+        """
+        if self._closed or self._lost:
+            return
+        self._closed = True
+        if data:
+            self._protocol._pipe(0, "write", data)
+        self._protocol._pipe(0, "close")
+
     def _set_paused(self, paused: bool) -> None:
         self._paused = paused
         if not paused:
@@ -151,6 +166,8 @@ class ChildProtocol(asyncio.SubprocessProtocol):
     """Routes a child's pipes: stdout to :class:`ChildStdout`, stderr to a tail."""
 
     def __init__(self, stderr: StderrTail) -> None:
+        #: Called once the child has exited (the supervisor sweeps its group).
+        self.on_exit: Callable[[], None] | None = None
         self.stdout = ChildStdout(self)
         self.stdin = ChildStdin(self)
         self.stderr = stderr
@@ -189,6 +206,8 @@ class ChildProtocol(asyncio.SubprocessProtocol):
 
     def process_exited(self) -> None:
         self.exited.set()
+        if self.on_exit is not None:
+            self.on_exit()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed.set()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import codecs
-import contextlib
 import os
 import signal
 
@@ -18,10 +17,6 @@ from .config import ProcessConfig
 from .supervisor import SupervisedProcess, Supervisor, default_supervisor
 
 __all__ = ["ProcessBackend", "build_prompt"]
-
-#: After the child exits, how long descendants that escaped its group may
-#: keep its stdout or stderr open before they are hunted down by tag.
-_EXIT_LINGER_S = 1.0
 
 
 def build_prompt(system_prompt: str | None, messages: list[LLMMessage]) -> str:
@@ -102,49 +97,23 @@ class ProcessBackend:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         parts: list[str] = []
         received = 0
-        async with anyio.create_task_group() as tasks:
-            if process.stdin is not None:
-                tasks.start_soon(_deliver, process, prompt.encode())
-            tasks.start_soon(_sweep_after_exit, process)
-            async for chunk in process.stdout:
-                received += len(chunk)
-                if received > cap:
-                    break  # raised below: a task group would wrap it in a group
-                if text := decoder.decode(chunk):
-                    parts.append(text)
-                    await ctx.emit(StreamEvent("text", text))
-            else:
-                if text := decoder.decode(b"", final=True):
-                    parts.append(text)
-                    await ctx.emit(StreamEvent("text", text))
-                await process.wait_closed()
-            tasks.cancel_scope.cancel()
-        if received > cap:
-            raise BackendError(
-                f'Process backend "{label}" exceeded max_output_bytes:'
-                f" more than {cap} bytes of stdout"
-            )
+        if process.stdin is not None:
+            process.stdin.write_and_close(prompt.encode())
+        async for chunk in process.stdout:
+            received += len(chunk)
+            if received > cap:
+                raise BackendError(
+                    f'Process backend "{label}" exceeded max_output_bytes:'
+                    f" more than {cap} bytes of stdout"
+                )
+            if text := decoder.decode(chunk):
+                parts.append(text)
+                await ctx.emit(StreamEvent("text", text))
+        if text := decoder.decode(b"", final=True):
+            parts.append(text)
+            await ctx.emit(StreamEvent("text", text))
+        await process.wait_closed()
         return "".join(parts)
-
-
-async def _deliver(process: SupervisedProcess, data: bytes) -> None:
-    """Write the prompt and close stdin; a child that does not read it is fine."""
-    assert process.stdin is not None
-    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-        await process.stdin.send(data)
-    await process.stdin.aclose()
-
-
-async def _sweep_after_exit(process: SupervisedProcess) -> None:
-    """Once the child exits, end what it left behind, which may hold our pipes open.
-
-    Its group goes at once (the reference kills the tree when the child is
-    done); descendants that left the group get a moment, then the tag scan.
-    """
-    await process.wait()
-    process.signal_group(signal.SIGKILL)
-    await anyio.sleep(_EXIT_LINGER_S)
-    await anyio.to_thread.run_sync(process.kill_escapees)
 
 
 def _exit_message(label: str, code: int, stderr: str) -> str:

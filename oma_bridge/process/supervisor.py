@@ -58,6 +58,7 @@ from ._watchdog import TAG_VARIABLE
 
 __all__ = [
     "DEFAULT_STDERR_TAIL_BYTES",
+    "EXIT_LINGER_S",
     "KILL_WAIT_S",
     "SERVICE_VARIABLES",
     "TAG_VARIABLE",
@@ -75,6 +76,8 @@ logger = logging.getLogger(__name__)
 
 #: How long a tree gets to vanish after the final SIGKILL.
 KILL_WAIT_S = 2.0
+#: After the child exits, how long escaped descendants may hold our pipes open.
+EXIT_LINGER_S = 1.0
 _POLL_S = 0.02
 
 #: Variables of the daemon's service manager and wire, never passed on:
@@ -266,6 +269,8 @@ class SupervisedProcess:
         self.stdout: ChildStdout = protocol.stdout
         self.stderr: StderrTail = protocol.stderr
         self._released = False
+        self._linger: asyncio.TimerHandle | None = None
+        protocol.on_exit = self._on_exit
 
     @property
     def returncode(self) -> int | None:
@@ -319,6 +324,25 @@ class SupervisedProcess:
         finally:
             self._release()
 
+    def _on_exit(self) -> None:
+        """The child is gone: end what it left in its group, then, later, its escapees.
+
+        Left running, they could hold our pipes open forever (``sh -c 'sleep
+        99 & echo hi'``).  The group goes at once; a descendant that left the
+        group gets :data:`EXIT_LINGER_S` to close our pipes before the tag
+        scan ends it.  Callbacks, not a task: this costs a normal run one
+        ``killpg`` and nothing else.
+        """
+        self.signal_group(signal.SIGKILL)
+        if not self._protocol.closed.is_set():
+            loop = asyncio.get_running_loop()
+            self._linger = loop.call_later(EXIT_LINGER_S, self._kill_lingering_escapees)
+
+    def _kill_lingering_escapees(self) -> None:
+        self._linger = None
+        if not self._protocol.closed.is_set():
+            self.kill_escapees()  # blocks the loop a few milliseconds, on this rare path
+
     def kill_escapees(self) -> int:
         """SIGKILL every process still carrying this run's tag; returns how many.
 
@@ -345,6 +369,8 @@ class SupervisedProcess:
         if self._released:
             return
         self._released = True
+        if self._linger is not None:
+            self._linger.cancel()
         self._transport.close()  # closes the pipes; SIGKILLs a child that outlived it all
         self._supervisor._released(self.pid)
 

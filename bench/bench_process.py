@@ -1,0 +1,95 @@
+"""Process runs: ``Agent.run`` of a ``cat`` process agent against a bare spawn.
+
+Every run pipes a 1 KB prompt through ``cat``.  In the same run, in
+alternating rounds so a noisy neighbour hits every contender alike:
+
+* **baseline**: ``asyncio.create_subprocess_exec("cat", ...)`` with three
+  pipes, then ``communicate(prompt)``: the least a Python caller can do;
+* **oma-bridge**: ``Agent.run(prompt)`` with ``ProcessConfig(command="cat")``:
+  the agent layer, the process backend, the supervisor (own session, stderr
+  tail, the crash watchdog's registration, the group sweep at exit);
+* **setpriv (info)**: the baseline spawning ``setpriv --pdeathsig KILL cat``,
+  the cost an exec wrapper for ``PR_SET_PDEATHSIG`` would add to every run.
+
+Reported: per-run milliseconds (median and best round) and the ratio of the
+median to the baseline's (target for oma-bridge: <= 1.15x).
+
+Run: ``.venv/bin/python bench/bench_process.py [--runs 500] [--rounds 10]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+from _util import machine, print_table
+
+from oma_bridge import Agent
+from oma_bridge.agent import AgentConfig
+from oma_bridge.process import ProcessConfig
+
+PROMPT = ("0123456789abcdef" * 64)[:1024]
+PROMPT_BYTES = PROMPT.encode()
+
+
+async def bare(argv: list[str]) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    stdout, _ = await process.communicate(PROMPT_BYTES)
+    assert stdout == PROMPT_BYTES
+
+
+def agent_run(agent: Agent) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        result = await agent.run(PROMPT)
+        assert result.output == PROMPT, result.output
+
+    return run
+
+
+async def main(runs: int, rounds: int) -> None:
+    agent = Agent(AgentConfig(name="cat", backend=ProcessConfig(command="cat")))
+    contenders: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+        ("baseline: create_subprocess_exec + communicate", lambda: bare(["cat"])),
+        ("oma-bridge: Agent.run, process backend", agent_run(agent)),
+    ]
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        wrapped = [setpriv, "--pdeathsig", "KILL", "cat"]
+        contenders.append(("info: baseline through setpriv --pdeathsig", lambda: bare(wrapped)))
+    per_round = max(1, runs // rounds)
+    samples: list[list[float]] = [[] for _ in contenders]
+    for _, fn in contenders:
+        for _ in range(20):
+            await fn()  # warm-up: imports, the watchdog, the first allocations
+    for _ in range(rounds):
+        for (_, fn), out in zip(contenders, samples, strict=True):
+            start = time.perf_counter()
+            for _ in range(per_round):
+                await fn()
+            out.append((time.perf_counter() - start) / per_round)
+    baseline = statistics.median(samples[0])
+    rows = []
+    for (name, _), out in zip(contenders, samples, strict=True):
+        median = statistics.median(out)
+        rows.append(
+            [name, f"{median * 1e3:.3f}", f"{min(out) * 1e3:.3f}", f"{median / baseline:.2f}x"]
+        )
+    print(f"{machine()}; {per_round * rounds} runs each of cat with a 1 KB prompt")
+    print()
+    print_table(["contender", "median ms/run", "best ms/run", "ratio"], rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=10)
+    arguments = parser.parse_args()
+    anyio.run(main, arguments.runs, arguments.rounds)
