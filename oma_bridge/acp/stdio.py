@@ -286,7 +286,15 @@ class AgentProcess:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
             await self.wait_exit(2.0)
+            await self._wait_known_gone(2.0)
             await self._close_pipes()
+
+    async def _wait_known_gone(self, seconds: float) -> None:
+        """SIGKILL is delivered asynchronously: wait until every escapee is dead."""
+        with anyio.move_on_after(seconds):
+            # Polling: nothing signals the death of a process that is not our child.
+            while any(_running(proc) for proc in self._known.values()):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
 
     async def _wait_group_gone(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):
@@ -306,12 +314,18 @@ class AgentProcess:
         return True
 
     async def _close_pipes(self) -> None:
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                with contextlib.suppress(Exception):  # a dead pipe fails harmlessly
-                    await stream.aclose()
+        with contextlib.suppress(Exception), anyio.move_on_after(1):  # dead pipes fail harmlessly
+            await self.process.aclose()
 
 
 def child_environment(extra: Mapping[str, str]) -> dict[str, Any]:
     """The agent's environment: the daemon's, with the profile's ``env`` merged over it."""
     return {**os.environ, **extra}
+
+
+def _running(proc: psutil.Process) -> bool:
+    """Alive and not a zombie (a zombie is dead; only its entry waits to be reaped)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
