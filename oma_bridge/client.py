@@ -204,23 +204,29 @@ class RemoteStream:
         send, receive = anyio.create_memory_object_stream[StreamEvent](math.inf)
         self.client._streams[self.run_id] = send
         params = {"agentId": self.agent_id, "input": self._input, "runId": self.run_id}
+        failure: BaseException | None = None
         try:
-            async with anyio.create_task_group() as tg:
+            call = await self.client.peer.start_request("agent/stream", params)
 
-                async def call() -> None:
-                    try:
-                        self.result = AgentRunResult.from_wire(
-                            await self.client.request("agent/stream", params)
-                        )
-                    finally:
-                        send.close()
+            async def settle() -> None:
+                nonlocal failure
+                try:
+                    self.result = AgentRunResult.from_wire(await call.wait())
+                except Exception as error:  # re-raised below, outside the task group
+                    failure = error
+                finally:
+                    send.close()
 
-                tg.start_soon(call)
-                async with receive:
-                    async for event in receive:
-                        yield event
+            async with anyio.create_task_group() as tg, receive:
+                tg.start_soon(settle)
+                async for event in receive:
+                    yield event
         finally:
             self.client._streams.pop(self.run_id, None)
+        if isinstance(failure, WireError):
+            _raise_for(failure)
+        if failure is not None:
+            raise failure
 
     async def cancel(self) -> bool:
         return await self.client.cancel(self.run_id)
@@ -233,9 +239,15 @@ def _run_id() -> str:
 class Client:
     """One initialized connection to the daemon (use :func:`connect`)."""
 
-    def __init__(self, peer: Peer, permission_handler: PermissionHandler | None) -> None:
+    def __init__(
+        self,
+        peer: Peer,
+        permission_handler: PermissionHandler | None,
+        declare_hooks: Sequence[str] = ("beforeRun", "afterRun"),
+    ) -> None:
         self.peer = peer
         self.permission_handler = permission_handler
+        self.declare_hooks = tuple(declare_hooks)
         self.server_info: dict[str, Any] = {}
         self.profiles: list[dict[str, Any]] = []
         self._agents: dict[str, RemoteAgent] = {}
@@ -250,7 +262,7 @@ class Client:
             raise  # unreachable: _raise_for always raises
 
     async def _initialize(self, client_name: str) -> None:
-        capabilities: dict[str, Any] = {"hooks": ["beforeRun", "afterRun"]}
+        capabilities: dict[str, Any] = {"hooks": list(self.declare_hooks)}
         if self.permission_handler is not None:
             capabilities["permissions"] = True
         answer = await self.request(
@@ -394,9 +406,14 @@ async def connect(
     discovery_dir: Path | str | None = None,
     permission_handler: PermissionHandler | None = None,
     client_name: str = "oma-bridge-client",
+    declare_hooks: Sequence[str] = ("beforeRun", "afterRun"),
 ) -> AsyncIterator[Client]:
     """Connect and ``initialize``.  With neither ``socket`` nor ``url``, the
-    discovery file says where the daemon is (and gives its token)."""
+    discovery file says where the daemon is (and gives its token).
+
+    ``declare_hooks`` are the hooks this connection offers to serve
+    (both by default); permission prompts are declared when a
+    ``permission_handler`` is given."""
     if socket is None and url is None:
         discovery = find_daemon(discovery_dir)
         socket, url = discovery.socket, discovery.url
@@ -419,6 +436,7 @@ async def connect(
         raise DaemonNotRunningError(f"cannot connect to the daemon at {where}: {error}") from None
     async with websocket:
         client: Client
+
         async def send(data: bytes) -> None:
             await websocket.send(data, text=True)  # the protocol is text frames only
 
@@ -429,7 +447,7 @@ async def connect(
             on_notification=lambda method, params: client._on_notification(method, params),
             cancel_param="id",
         )
-        client = Client(peer, permission_handler)
+        client = Client(peer, permission_handler, declare_hooks)
         async with peer:
             await client._initialize(client_name)
             yield client

@@ -1,0 +1,83 @@
+"""A live daemon on a unix socket in a short temporary folder, per test."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from oma_bridge.client import Client, connect
+from oma_bridge.server.app import RunningServer
+from oma_bridge.server.config import parse_config
+from oma_bridge.server.daemon import run_daemon
+
+AGENTS = f"""
+[agents.echo]
+kind = "llm"
+provider = "echo"
+model = "echo-1"
+
+[agents.wordcount]
+kind = "process"
+command = "wc"
+args = ["-w"]
+
+[agents.sleeper]
+kind = "process"
+command = "{sys.executable}"
+args = ["-c", "import time; print('started', flush=True); time.sleep(60)"]
+
+[agents.catter]
+kind = "process"
+command = "cat"
+"""
+
+
+@pytest.fixture
+def short_dir() -> Any:
+    folder = Path(tempfile.mkdtemp(prefix="omab-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# The process supervisor is configured once per test process, so its state
+# folder must outlive every test.
+STATE_DIR = Path(tempfile.mkdtemp(prefix="omab-state-", dir="/tmp"))
+
+
+@asynccontextmanager
+async def daemon(
+    folder: Path, server: str = "", agents: str = AGENTS
+) -> AsyncIterator[RunningServer]:
+    text = f'[server]\nsocket = "{folder}/bridge.sock"\n{server}\n{agents}'
+    config = parse_config(text, source="test.toml", base_dir=folder)
+    async with anyio.create_task_group() as tg:
+        running: RunningServer = await tg.start(
+            lambda task_status: run_daemon(
+                config, state_dir=folder / "state", task_status=task_status
+            )
+        )
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+DaemonFactory = Callable[..., Any]
+
+
+@pytest.fixture
+def client_of(short_dir: Path) -> Callable[..., Any]:
+    @asynccontextmanager
+    async def make(**options: Any) -> AsyncIterator[Client]:
+        async with connect(discovery_dir=short_dir, **options) as client:
+            yield client
+
+    return make
