@@ -70,6 +70,7 @@ class ProcessBackend:
                 cwd=cwd,
                 stdin=config.input == "stdin",
                 stderr_tail_bytes=config.stderr_tail_bytes,
+                labels={"agent": label, "runId": ctx.run_id},
             )
         except OSError as error:
             reason = error.strerror or str(error)

@@ -180,11 +180,16 @@ class Supervisor:
         self.hidden_variables = SERVICE_VARIABLES | frozenset(hidden_variables)
         self._watchdog = _Watchdog(self.owner, state_dir)
         self._runs = itertools.count(1)
+        self._live: dict[int, SupervisedProcess] = {}
 
     @property
     def watchdog_pid(self) -> int | None:
         """The watchdog's pid, once a first child was spawned."""
         return self._watchdog.pid
+
+    def live(self) -> list[SupervisedProcess]:
+        """Every child spawned and not yet stopped (for ``daemon/status``)."""
+        return list(self._live.values())
 
     def child_environment(self, overlay: Mapping[str, str] | None = None) -> dict[str, str]:
         """Our environment minus :attr:`hidden_variables`, with ``overlay`` on top."""
@@ -202,11 +207,13 @@ class Supervisor:
         cwd: str | os.PathLike[str] | None = None,
         stdin: bool = True,
         stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
+        labels: Mapping[str, str] | None = None,
     ) -> SupervisedProcess:
         """Start ``argv`` (exec'd directly, no shell) in a new session.
 
         ``env`` is the profile's overlay on :meth:`child_environment`.
-        Without ``stdin`` the child's stdin is ``/dev/null``.  A caller
+        Without ``stdin`` the child's stdin is ``/dev/null``.  ``labels``
+        are kept on the handle for status reports (``{"runId": ...}``).  A caller
         already cancelled spawns nothing; once the fork is under way it
         finishes shielded, so the caller always gets the handle to stop.
         Raises ``OSError`` when the command cannot start.
@@ -230,9 +237,13 @@ class Supervisor:
             )
         pid = transport.get_pid()
         self._watchdog.register(pid)
-        return SupervisedProcess(self, transport, protocol, tag, stdin=stdin)
+        process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin)
+        process.labels = dict(labels or {})
+        self._live[pid] = process
+        return process
 
     def _released(self, pgid: int) -> None:
+        self._live.pop(pgid, None)
         self._watchdog.unregister(pgid)
 
     def close(self) -> None:
@@ -268,6 +279,8 @@ class SupervisedProcess:
         self.stdin: ChildStdin | None = protocol.stdin if stdin else None
         self.stdout: ChildStdout = protocol.stdout
         self.stderr: StderrTail = protocol.stderr
+        #: What the spawner said this process is for (agent, run), for status reports.
+        self.labels: dict[str, str] = {}
         self._released = False
         self._linger: asyncio.TimerHandle | None = None
         protocol.on_exit = self._on_exit

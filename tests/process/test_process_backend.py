@@ -262,6 +262,20 @@ async def test_cancel_kills_a_grandchild_that_ignores_sigterm() -> None:
         kill_all(list(pids.values()))
 
 
+async def test_live_children_are_listed_with_their_run() -> None:
+    config = ProcessConfig(command="sleep", args=("30",), input="none", stop_grace_s=0.3)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(run_backend, config)
+        with anyio.fail_after(5):
+            while not default_supervisor().live():  # noqa: ASYNC110 (a poll)
+                await anyio.sleep(0.01)
+        [process] = default_supervisor().live()
+        assert process.labels == {"agent": "p", "runId": "run-1"}
+        tasks.cancel_scope.cancel()
+    assert default_supervisor().live() == []
+    assert gone(process.pid)
+
+
 async def test_cancel_kills_an_escaped_grandchild() -> None:
     config = ProcessConfig(**script("proc_tree.py", "--escape"), input="none", stop_grace_s=0.3)
     recorder = Recorder()
