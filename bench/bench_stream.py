@@ -165,8 +165,8 @@ async def read_backend(provider: str, base_url: str) -> tuple[float, int, float]
     async def emit(event: StreamEvent) -> None:
         nonlocal count, first
         if event.type == "text":
-            count += 1
-            if count == 1:
+            count += event.data.count(" ")  # token deltas delivered ("tok<i> " each)
+            if not first:
                 first = time.perf_counter() - started
 
     backend = create_llm_backend(_config(provider, base_url))
@@ -185,8 +185,8 @@ async def read_agent(provider: str, base_url: str) -> tuple[float, int, float]:
     async with Agent(_config(provider, base_url)) as agent:
         async for event in agent.stream("go"):
             if event.type == "text":
-                count += 1
-                if count == 1:
+                count += event.data.count(" ")
+                if not first:
                     first = time.perf_counter() - started
             elif event.type == "done" and not event.data.success:
                 raise RuntimeError(event.data.output)

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from ..errors import ProviderError
 from ..messages import LLMMessage, validate_messages
 from ..results import TokenUsage
 from .http import ProviderHTTP, error_text
@@ -148,12 +149,12 @@ class AnthropicAdapter:
         decoder = _StreamDecoder(self.http)
         async with self.http.open(self.url, headers, build_body(request, stream=True)) as response:
             async for events in aiter_sse(self.http.aiter_bytes(response)):
-                for event in events:
-                    delta = decoder.handle(event)
-                    if delta is not None:
-                        yield delta
-                        if type(delta) is TurnEnd:
-                            return
+                for delta in decoder.batch(events):
+                    yield delta
+                if decoder.failure is not None:
+                    raise decoder.failure
+                if decoder.ended:
+                    return
         raise self.http.error("stream ended before message_stop")
 
     async def aclose(self) -> None:
@@ -170,10 +171,35 @@ class _StreamDecoder:
         #: or the reasoning block that a signature delta completes.
         self.tool: dict[int, tuple[dict[str, Any], list[str]]] = {}
         self.reasoning: dict[int, dict[str, Any]] = {}
+        self.ended = False
+        self.failure: ProviderError | None = None
 
-    def handle(self, event: SSEEvent) -> StreamDelta | None:
-        """One event in; the delta it completes, if any (ordered by frequency)."""
-        data = parse_json_data(event, PROVIDER)
+    def batch(self, events: list[SSEEvent]) -> list[StreamDelta]:
+        """The deltas of one network read; its text deltas joined (see ``flush_text``)."""
+        out: list[StreamDelta] = []
+        text: list[str] = []
+        try:
+            for event in events:
+                data = parse_json_data(event, PROVIDER)
+                # The hot path: one text token.
+                if type(data) is dict and data.get("type") == "content_block_delta":
+                    delta = data.get("delta")
+                    if type(delta) is dict and delta.get("type") == "text_delta":
+                        text.append(delta["text"])
+                        continue
+                self.turn.flush_text(text, out)
+                handled = self.handle(data, event)
+                if handled is not None:
+                    out.append(handled)
+                if self.ended:
+                    break
+        except ProviderError as error:  # shown after the text that came before it
+            self.failure = error
+        self.turn.flush_text(text, out)
+        return out
+
+    def handle(self, data: Any, event: SSEEvent) -> StreamDelta | None:
+        """One decoded event; the delta it completes, if any."""
         kind = data.get("type") if isinstance(data, dict) else None
         if kind == "content_block_delta":
             return self._delta(data)
@@ -189,6 +215,7 @@ class _StreamDecoder:
             if stop is not None:
                 self.turn.stop_reason = stop
         elif kind == "message_stop":
+            self.ended = True
             return TurnEnd(self.turn.response())
         elif kind == "error":
             raise self.http.error(f"stream error: {error_text(data) or repr(event.data)}")

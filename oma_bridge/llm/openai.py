@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from ..errors import ProviderError
 from ..messages import LLMMessage, validate_messages
 from ..results import TokenUsage
 from .http import ProviderHTTP, error_text
@@ -207,15 +208,14 @@ class OpenAIAdapter:
         decoder = _StreamDecoder(self.http)
         async with self.http.open(self.url, headers, build_body(request, stream=True)) as response:
             async for events in aiter_sse(self.http.aiter_bytes(response)):
-                for event in events:
-                    if event.data == _DONE:
-                        for delta in decoder.finish():
-                            yield delta
-                        return
-                    for delta in decoder.handle(event):
-                        yield delta
+                for delta in decoder.batch(events):
+                    yield delta
+                if decoder.failure is not None:
+                    raise decoder.failure
+                if decoder.done:
+                    break
         # Some servers end without "[DONE]"; a finish_reason says the turn was whole.
-        if decoder.turn.stop_reason is None:
+        if not decoder.done and decoder.turn.stop_reason is None:
             raise self.http.error("stream ended before [DONE]")
         for delta in decoder.finish():
             yield delta
@@ -231,9 +231,38 @@ class _StreamDecoder:
         self.http = http
         self.turn = TurnBuilder()
         self.calls = _ToolCalls(http)
+        self.done = False
+        self.failure: ProviderError | None = None
 
-    def handle(self, event: SSEEvent) -> list[StreamDelta]:
-        data = parse_json_data(event, PROVIDER)
+    def batch(self, events: list[SSEEvent]) -> list[StreamDelta]:
+        """The deltas of one network read; its text deltas joined (see ``flush_text``)."""
+        out: list[StreamDelta] = []
+        text: list[str] = []
+        try:
+            for event in events:
+                if event.data == _DONE:
+                    self.done = True
+                    break
+                data = parse_json_data(event, PROVIDER)
+                # The hot path: a chunk of one choice whose delta is just a piece of text.
+                choices = data.get("choices") if type(data) is dict else None
+                if choices and len(choices) == 1 and not data.get("usage"):
+                    choice = choices[0]
+                    delta = choice.get("delta")
+                    if type(delta) is dict and len(delta) == 1 and not choice.get("finish_reason"):
+                        piece = delta.get("content")
+                        if type(piece) is str:
+                            text.append(piece)
+                            continue
+                self.turn.flush_text(text, out)
+                out += self.handle(data, event)
+        except ProviderError as error:  # shown after the text that came before it
+            self.failure = error
+        self.turn.flush_text(text, out)
+        return out
+
+    def handle(self, data: Any, event: SSEEvent) -> list[StreamDelta]:
+        """One decoded chunk; the deltas it carries."""
         if not isinstance(data, dict):
             return []
         if "error" in data:

@@ -14,8 +14,7 @@ decode-then-reencode on the hot path of a 20,000-token stream.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -42,9 +41,11 @@ _EVENT_NAMES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
-    """One dispatched event: its ``event`` name (``"message"`` by default) and raw data."""
+class SSEEvent(NamedTuple):
+    """One dispatched event: its ``event`` name (``"message"`` by default) and raw data.
+
+    A named tuple: one is made per token, and it is the cheapest immutable record.
+    """
 
     event: str
     data: bytes

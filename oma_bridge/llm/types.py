@@ -136,6 +136,21 @@ class TurnBuilder:
     def text(self, text: str) -> None:
         self._append("text", text)
 
+    def flush_text(self, pieces: list[str], out: list[StreamDelta]) -> None:
+        """Text deltas of one network read: recorded and sent as one :class:`TextDelta`.
+
+        Deltas that arrived together are shown together; nothing waits for
+        more text.  A live stream (a token per read) still gives one ``text``
+        event per token, while a burst (a fast local server, or a consumer
+        that fell behind and let the socket fill up) costs one event per read
+        instead of one per token.  The joined text is the same either way.
+        """
+        if pieces:
+            text = "".join(pieces)
+            self.text(text)
+            out.append(TextDelta(text))
+            pieces.clear()
+
     def reasoning(self, text: str, provider: str) -> dict[str, Any]:
         """Add reasoning text; the block is returned so a signature can join it."""
         block = self._append("reasoning", text)

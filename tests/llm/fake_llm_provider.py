@@ -197,13 +197,24 @@ async def _read_request(reader: BufferedByteReceiveStream) -> Recorded | None:
 # -- responders ----------------------------------------------------------
 
 
-def sse_reply(events: list[bytes], *, after: Literal["end", "reset", "stall"] = "end") -> Responder:
-    """Stream ``events`` (already framed) one chunk each, then end, reset or stall."""
+def sse_reply(
+    events: list[bytes],
+    *,
+    after: Literal["end", "reset", "stall"] = "end",
+    gap: float = 0.0,
+) -> Responder:
+    """Stream ``events`` (already framed) one chunk each, then end, reset or stall.
+
+    ``gap`` seconds between chunks make them arrive in separate reads, as
+    tokens of a live model do.
+    """
 
     async def respond(request: Recorded, conn: Conn) -> None:
         await conn.start_sse()
         for event in events:
             await conn.send_chunk(event)
+            if gap:
+                await anyio.sleep(gap)
         if after == "end":
             await conn.end_chunks()
         elif after == "reset":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fake_llm_provider import FakeProvider, ToolCall, Turn
+from fake_llm_provider import FakeProvider, ToolCall, Turn, encode_sse, sse_reply
 from llm_helpers import PNG_B64, backend_for, image, run_backend, texts, user
 
 from oma_bridge.errors import InvalidMessageError
@@ -18,7 +18,8 @@ pytestmark = pytest.mark.anyio
 async def test_streams_token_deltas_and_sends_system_roles_and_images(
     anthropic_server: FakeProvider, api_key: str
 ) -> None:
-    anthropic_server.turn(Turn(text=["It is ", "a red ", "square."], usage=(12, 7)))
+    turn = Turn(text=["It is ", "a red ", "square."], usage=(12, 7))
+    anthropic_server.reply(sse_reply(encode_sse("anthropic", turn), gap=0.05))
     backend = backend_for("anthropic", anthropic_server.base_url, max_tokens=256, temperature=0.2)
     history = [user("hi"), {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}]
     messages = [*history, user("What is shown here?", image())]
@@ -55,6 +56,18 @@ async def test_streams_token_deltas_and_sends_system_roles_and_images(
             },
         ],
     }
+
+
+async def test_deltas_of_one_network_read_are_one_text_event(
+    anthropic_server: FakeProvider, api_key: str
+) -> None:
+    burst = b"".join(encode_sse("anthropic", Turn(text=["It is ", "a red ", "square."])))
+    anthropic_server.reply(sse_reply([burst]))
+    outcome, events = await run_backend(
+        backend_for("anthropic", anthropic_server.base_url), [user("x")]
+    )
+    assert texts(events) == ["It is a red square."]
+    assert outcome.output == "It is a red square."
 
 
 async def test_default_max_tokens_and_no_system_key_without_a_prompt(

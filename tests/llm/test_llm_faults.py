@@ -118,7 +118,9 @@ async def test_persistent_5xx_gives_up_after_the_bounded_attempts(
 
 async def test_malformed_sse_line(anthropic_server: FakeProvider, api_key: str) -> None:
     events = encode_sse("anthropic", Turn(text=["partial "]))[:4]
-    anthropic_server.reply(sse_reply([*events, b"event: content_block_delta\ndata: {oops\n\n"]))
+    bad = b"event: content_block_delta\ndata: {oops\n\n"
+    # In one network read: the text before the bad line is still shown.
+    anthropic_server.reply(sse_reply([b"".join([*events, bad])]))
     events_seen, result = await stream_all(agent_for(anthropic_server), "hi")
     assert_failed(result, "error", "provider", "malformed stream event", "{oops")
     assert [e.data for e in events_seen if e.type == "text"] == ["partial "]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fake_llm_provider import FakeProvider, ToolCall, Turn, sse_event, sse_reply
+from fake_llm_provider import FakeProvider, ToolCall, Turn, encode_sse, sse_event, sse_reply
 from llm_helpers import PNG_B64, backend_for, image, run_backend, texts, user
 
 from oma_bridge.errors import InvalidMessageError
@@ -18,7 +18,9 @@ pytestmark = pytest.mark.anyio
 async def test_streams_deltas_with_usage_and_sends_data_url_images(
     openai_server: FakeProvider, api_key: str
 ) -> None:
-    openai_server.turn(Turn(text=["A ", "cat."], usage=(21, 2)))
+    openai_server.reply(
+        sse_reply(encode_sse("openai", Turn(text=["A ", "cat."], usage=(21, 2))), gap=0.05)
+    )
     backend = backend_for("openai", openai_server.base_url, max_tokens=64)
     history = [user("hi"), {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}]
 
