@@ -52,7 +52,6 @@ from ..jsonrpc import (
     Peer,
     PendingCall,
     RequestId,
-    unwrap_single_error,
 )
 from ..messages import last_user_text
 from ..redaction import redact
@@ -61,7 +60,7 @@ from . import fs
 from .config import AcpConfig
 from .permissions import CANCELLED_OUTCOME, choose_option, parse_options, selected
 from .schema import InitializeResponse, PromptResponse, SessionResponse
-from .stdio import AgentProcess, child_environment
+from .stdio import AgentProcess
 from .turn import Turn
 
 __all__ = ["AUTH_REQUIRED_CODE", "PROTOCOL_VERSION", "AcpBackend"]
@@ -268,7 +267,7 @@ class AcpBackend:
         process = await AgentProcess.spawn(
             config.command,
             config.args,
-            env=child_environment(config.env),
+            env=config.env,
             cwd=str(self._cwd),
             max_line_bytes=config.max_line_bytes,
         )
@@ -384,18 +383,14 @@ class AcpBackend:
     async def _crashed(self, live: _Live, failure: BaseException) -> BackendError:
         """The connection died: collect exit status and stderr tail, end the tree."""
         with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(2):
-                async with anyio.create_task_group() as group:
-                    group.start_soon(live.process.drain_stderr)
-                    await live.process.wait_exit(2)
-                    group.cancel_scope.cancel()
+            await live.process.wait_exit(2)
             # Described before the tree is ended: our own SIGTERM is not the cause.
             message = f'ACP agent "{self.label}" {live.process.exit_description()}'
             await self._end(live)
         reason = str(failure)
         if reason and reason != "connection closed":
             message += f" ({redact(reason)})"
-        tail = live.process.stderr.tail()
+        tail = live.process.stderr_tail()
         return BackendError(f"{message}: {tail}" if tail else message)
 
     async def _end(self, live: _Live) -> None:
@@ -409,15 +404,9 @@ class AcpBackend:
 
     @contextlib.asynccontextmanager
     async def _serving(self, live: _Live) -> AsyncIterator[None]:
-        """Read the agent's stdout and stderr for the duration of the block."""
-        with unwrap_single_error():
-            async with anyio.create_task_group() as group:
-                group.start_soon(live.process.drain_stderr)
-                try:
-                    async with live.peer.pumping():
-                        yield
-                finally:
-                    group.cancel_scope.cancel()
+        """Read the agent's stdout for the duration of the block (stderr drains by itself)."""
+        async with live.peer.pumping():
+            yield
 
     def _make_peer(self, process: AgentProcess) -> Peer:
         return Peer(

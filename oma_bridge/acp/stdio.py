@@ -1,4 +1,4 @@
-"""The agent's stdio: a bounded line reader, a stderr ring buffer, and the process tree.
+"""The agent's stdio: a bounded line reader over a supervised agent process.
 
 ACP frames are newline-delimited JSON on the agent's stdout.  The reader here
 is written for the failure modes real agents show (acp-client.md §10):
@@ -11,29 +11,24 @@ is written for the failure modes real agents show (acp-client.md §10):
 * reading is cancel-safe (partial lines live in the reader, not on the
   stack), because the connection is pumped only while a run waits on it.
 
-stderr is drained into a bounded ring buffer whose redacted tail is attached
-to crash messages: an undrained pipe blocks the agent (a Python agent writing
-1 MiB to stderr deadlocks the official SDK's client).
+The process itself is the shared supervisor's (own process group, stderr
+drained into a bounded redacted tail, kill-tree with escapee sweep, crash
+watchdog); :class:`AgentProcess` adapts it to a JSON-RPC connection.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
-from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from subprocess import PIPE
-from typing import Any
 
 import anyio
 import anyio.abc
 import orjson
-import psutil
 
 from ..errors import BackendError
+from ..process.supervisor import SupervisedProcess, default_supervisor
 from ..redaction import redact
 
 __all__ = [
@@ -42,7 +37,7 @@ __all__ = [
     "AgentProcess",
     "LineReader",
     "LineTooLongError",
-    "StderrRing",
+    "MessageReader",
     "TooManyBadLinesError",
 ]
 
@@ -143,54 +138,22 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-@dataclass
-class StderrRing:
-    """The last ``limit`` bytes of the agent's stderr."""
-
-    limit: int = 64 * 1024
-    _chunks: deque[bytes] = field(default_factory=deque)
-    _size: int = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
-        self._size += len(chunk)
-        while self._size > self.limit and len(self._chunks) > 1:
-            self._size -= len(self._chunks.popleft())
-        if self._size > self.limit:
-            only = self._chunks.pop()[-self.limit :]
-            self._chunks.append(only)
-            self._size = len(only)
-
-    def tail(self, max_chars: int = 2000) -> str:
-        """The redacted tail, trimmed to whole lines where it can be."""
-        text = _text(b"".join(self._chunks)).strip()
-        if len(text) > max_chars:
-            text = text[-max_chars:]
-            newline = text.find("\n")
-            if 0 <= newline < len(text) - 1:
-                text = text[newline + 1 :]
-        return redact(text)
-
-
 class AgentProcess:
-    """One spawned agent: its pipes, its process group, and their end.
+    """One spawned agent over the shared process supervisor.
 
-    The child starts in a new session (its own process group), never through
-    a shell.  :meth:`terminate` ends the whole tree: it closes stdin, waits,
-    sends SIGTERM to the group, waits, sends SIGKILL to the group and to
-    every descendant seen at any point (escapees that left the group).
+    The supervisor (:mod:`oma_bridge.process.supervisor`) gives the child its
+    own session and process group, drains stderr into a bounded, redacted
+    tail from an event-loop callback (so a silent agent flooding stderr never
+    blocks, even between runs), and ends the tree with grace, escapee sweep
+    and a crash watchdog that kills the tree if the daemon itself dies.
     """
 
-    def __init__(self, process: anyio.abc.Process, *, max_line_bytes: int, max_bad_lines: int):
+    def __init__(self, process: SupervisedProcess, *, max_line_bytes: int, max_bad_lines: int):
         self.process = process
         self.pid = process.pid
-        assert process.stdout is not None and process.stdin is not None
-        self.messages = MessageReader(LineReader(process.stdout, max_line_bytes), max_bad_lines)
-        self.stderr = StderrRing()
+        assert process.stdin is not None
         self._stdin = process.stdin
-        self._known: dict[int, psutil.Process] = {}
-        self._stderr_done = anyio.Event()
-        self._remember_descendants()
+        self.messages = MessageReader(LineReader(process.stdout, max_line_bytes), max_bad_lines)
 
     @classmethod
     async def spawn(
@@ -203,18 +166,9 @@ class AgentProcess:
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_bad_lines: int = DEFAULT_MAX_BAD_LINES,
     ) -> AgentProcess:
-        process = await anyio.open_process(
-            [command, *args],
-            stdin=PIPE,
-            stdout=PIPE,
-            stderr=PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-        )
+        """Start the agent; ``env`` is the profile's overlay on the daemon's environment."""
+        process = await default_supervisor().spawn([command, *args], env=env, cwd=cwd)
         return cls(process, max_line_bytes=max_line_bytes, max_bad_lines=max_bad_lines)
-
-    # -- pipes -----------------------------------------------------------------
 
     async def send_line(self, data: bytes) -> None:
         await self._stdin.send(data + b"\n")
@@ -222,25 +176,19 @@ class AgentProcess:
     async def receive(self) -> object | None:
         return await self.messages.receive()
 
-    async def drain_stderr(self) -> None:
-        """Read stderr into the ring until EOF (run it while the agent is served)."""
-        stream = self.process.stderr
-        if stream is None or self._stderr_done.is_set():
-            return
-        try:
-            while True:
-                chunk = await stream.receive(_CHUNK)
-                self.stderr.feed(chunk)
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug("ACP agent %d stderr: %s", self.pid, redact(_text(chunk)))
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._stderr_done.set()
-
-    # -- exit and end ----------------------------------------------------------
-
     @property
     def returncode(self) -> int | None:
         return self.process.returncode
+
+    def stderr_tail(self, max_chars: int = 2000) -> str:
+        """The redacted end of stderr, cut to whole lines where it can be."""
+        text = self.process.stderr.text()
+        if len(text) > max_chars:
+            text = text[-max_chars:]
+            newline = text.find("\n")
+            if 0 <= newline < len(text) - 1:
+                text = text[newline + 1 :]
+        return text
 
     def exit_description(self) -> str:
         code = self.process.returncode
@@ -258,74 +206,17 @@ class AgentProcess:
             return await self.process.wait()
         return self.process.returncode
 
-    def _remember_descendants(self) -> None:
-        try:
-            root = psutil.Process(self.pid)
-            for child in root.children(recursive=True):
-                self._known.setdefault(child.pid, child)
-        except psutil.Error:
-            pass
+    async def terminate(self, stop_grace_s: float) -> None:
+        """End the agent's whole tree within ``stop_grace_s`` + 2 s (PROTOCOL.md §11.36).
 
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
-
-    async def terminate(self, stop_grace_s: float, eof_grace_s: float = 1.0) -> None:
-        """End the agent's whole process tree; returns when it is gone."""
+        stdin is closed first (a polite agent leaves on EOF); part of the
+        grace goes to that, the rest to SIGTERM, then SIGKILL to the group
+        and every escapee.
+        """
         with anyio.CancelScope(shield=True):
-            self._remember_descendants()
-            with contextlib.suppress(Exception):  # a broken pipe: the agent is going anyway
-                await self._stdin.aclose()
+            eof_wait = min(1.0, stop_grace_s / 2)
             if self.process.returncode is None:
-                await self.wait_exit(eof_grace_s)
-            self._remember_descendants()
-            self._signal_group(signal.SIGTERM)
-            await self._wait_group_gone(stop_grace_s)
-            self._signal_group(signal.SIGKILL)
-            for proc in list(self._known.values()):
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-            await self.wait_exit(2.0)
-            await self._wait_known_gone(2.0)
-            await self._close_pipes()
-
-    async def _wait_known_gone(self, seconds: float) -> None:
-        """SIGKILL is delivered asynchronously: wait until every escapee is dead."""
-        with anyio.move_on_after(seconds):
-            # Polling: nothing signals the death of a process that is not our child.
-            while any(_running(proc) for proc in self._known.values()):  # noqa: ASYNC110
-                await anyio.sleep(0.02)
-
-    async def _wait_group_gone(self, seconds: float) -> None:
-        with anyio.move_on_after(seconds):
-            while self._group_alive() or self.process.returncode is None:
-                if self.process.returncode is None:
-                    await self.wait_exit(0.05)
-                else:
-                    await anyio.sleep(0.05)
-
-    def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-    async def _close_pipes(self) -> None:
-        with contextlib.suppress(Exception), anyio.move_on_after(1):  # dead pipes fail harmlessly
-            await self.process.aclose()
-
-
-def child_environment(extra: Mapping[str, str]) -> dict[str, Any]:
-    """The agent's environment: the daemon's, with the profile's ``env`` merged over it."""
-    return {**os.environ, **extra}
-
-
-def _running(proc: psutil.Process) -> bool:
-    """Alive and not a zombie (a zombie is dead; only its entry waits to be reaped)."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+                with contextlib.suppress(Exception):  # a broken pipe: the agent is going anyway
+                    await self._stdin.aclose()
+                await self.wait_exit(eof_wait)
+            await self.process.stop(stop_grace_s - eof_wait)
