@@ -139,6 +139,44 @@ def test_sse_fast_path_matches_the_line_rules_under_any_chunking(data: st.DataOb
     ]
 
 
+def reference_sse(stream: bytes) -> list[SSEEvent]:
+    """The WHATWG event-stream rules, written plainly (no chunking, no fast paths)."""
+    text = stream.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    events, name, data = [], "", []
+    for line in text.split(b"\n")[:-1]:  # the last piece has no line end
+        if not line:
+            if data:
+                events.append(SSEEvent(name or "message", b"\n".join(data)))
+            name, data = "", []
+            continue
+        if line.startswith(b":"):
+            continue
+        field, colon, value = line.partition(b":")
+        if colon and value.startswith(b" "):
+            value = value[1:]
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value.decode()
+    return events
+
+
+_LINES = st.sampled_from(
+    [b"", b"data: {}", b"data:x", b"data", b"event: message_stop", b"event:e", b": ping", b"id: 1"]
+)
+_ENDINGS = st.sampled_from([b"\n", b"\r\n", b"\r"])
+
+
+@given(st.lists(st.tuples(_LINES, _ENDINGS), max_size=30), st.data())
+def test_sse_decoder_matches_the_reference_rules(
+    lines: list[tuple[bytes, bytes]], data: st.DataObject
+) -> None:
+    stream = b"".join(line + end for line, end in lines)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    pieces = [stream[i:j] for i, j in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    assert decode(*pieces) == reference_sse(stream)
+
+
 def test_malformed_json_data_is_a_provider_error() -> None:
     with pytest.raises(ProviderError, match="malformed stream event") as caught:
         parse_json_data(SSEEvent("message", b"{not json"), "openai")
