@@ -1,11 +1,28 @@
-"""The ``oma-bridge`` command line."""
+"""The ``oma-bridge`` command line: ``serve``, ``agents``, ``run``, ``status``.
+
+Every command but ``serve`` finds the daemon through its discovery file and
+says so plainly when none is running.  Exit codes: 0 success, 1 a failed
+run or a daemon that cannot start, 2 bad input (usage, config,
+``InvalidMessageError``), 3 no daemon to talk to.
+"""
 
 from __future__ import annotations
 
 import argparse
+import base64
+import mimetypes
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
 
 from ._version import __version__
+
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_NO_DAEMON = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,14 +31,277 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run LLM, process and ACP agents side by side behind one websocket daemon.",
     )
     parser.add_argument("--version", action="version", version=f"oma-bridge {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the daemon in the foreground")
+    serve.add_argument("--config", type=Path, help="config file (default: user config or built-in)")
+    serve.add_argument("--socket", help='unix socket path, or "false" for none')
+    serve.add_argument("--tcp", metavar="HOST:PORT", help="also listen on TCP (token required)")
+    serve.add_argument("--log-format", choices=("text", "json"), default="text")
+
+    commands.add_parser("agents", help="list the daemon's agent profiles")
+    commands.add_parser("status", help="show agents, runs and processes")
+
+    run = commands.add_parser("run", help="run an agent once and print its output")
+    run.add_argument("agent", help="a profile name (see `oma-bridge agents`)")
+    run.add_argument("prompt", nargs="?", default="-", help='the prompt, or "-" to read stdin')
+    run.add_argument("--stream", action="store_true", help="print text as it arrives")
+    run.add_argument(
+        "--image", action="append", default=[], type=Path, metavar="FILE", help="attach an image"
+    )
+    run.add_argument("--system", metavar="S", help="system prompt for this run")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv) if "run" not in argv else _parse_run(parser, argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command == "serve":
+        return _serve(args)
+    from .client import DaemonError, DaemonNotRunningError
+
+    try:
+        return anyio.run(_CLIENT_COMMANDS[args.command], args)
+    except DaemonNotRunningError as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    except DaemonError as error:
+        print(f"oma-bridge: {error.message}", file=sys.stderr)
+        return EXIT_INVALID if error.rpc_code in _BAD_REQUEST_CODES else EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+#: Not found, forbidden, invalid params: the user asked for something wrong.
+_BAD_REQUEST_CODES = frozenset({-32011, -32012, -32602})
+
+
+def _parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``run`` takes its prompt before or after its options (``run echo --stream "hi"``).
+
+    argparse matches positionals greedily in chunks, so the run sub-command
+    is parsed on its own with ``parse_intermixed_args``.
+    """
+    head = argv[: argv.index("run")]
+    if head:  # options before the sub-command (only --version/--help exist)
+        parser.parse_args(head)
+    run_parser = _subparser(parser, "run")
+    args = run_parser.parse_intermixed_args(argv[argv.index("run") + 1 :])
+    args.command = "run"
+    return args
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise LookupError(name)
+
+
+# ---------------------------------------------------------------------------
+# serve
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .logs import configure_logging
+    from .server.config import ConfigError, TcpEndpoint, load_config
+    from .server.daemon import run_daemon
+    from .server.listeners import StartupError
+
+    configure_logging(args.log_format)
+    try:
+        config = load_config(args.config)
+        server: dict[str, Any] = {}
+        if args.socket is not None:
+            server["socket"] = None if args.socket == "false" else Path(args.socket).absolute()
+        if args.tcp is not None:
+            endpoint = TcpEndpoint.parse(args.tcp)
+            if not endpoint.is_loopback and not config.server.allow_remote:
+                raise config.error(
+                    "server.tcp",
+                    f"--tcp {args.tcp}: not a loopback address; set allow_remote = true",
+                )
+            server["tcp"] = endpoint
+        if server:
+            section = config.server.model_copy(update=server)
+            if section.socket is None and section.tcp is None:
+                raise config.error("server.socket", "--socket false needs a tcp listener")
+            config = config.model_copy(update={"server": section})
+    except ConfigError as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    except ValueError as error:
+        print(f"oma-bridge: --tcp {args.tcp}: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        anyio.run(_run_daemon_until_stopped, run_daemon, config)
+    except ConfigError as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    except StartupError as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 0
     return 0
+
+
+async def _run_daemon_until_stopped(run_daemon: Any, config: Any) -> None:
+    await run_daemon(config, handle_signals=True)
+
+
+# ---------------------------------------------------------------------------
+# client commands
+
+
+async def _agents(args: argparse.Namespace) -> int:
+    from .client import connect
+
+    async with connect(client_name="oma-bridge-cli") as client:
+        agents = await client.list_agents()
+    rows = [[a["name"], a["kind"], a.get("model", ""), a.get("description", "")] for a in agents]
+    print(_table(["NAME", "KIND", "MODEL", "DESCRIPTION"], rows) if rows else "no agents")
+    return 0
+
+
+async def _status(args: argparse.Namespace) -> int:
+    from .client import connect
+
+    async with connect(client_name="oma-bridge-cli") as client:
+        status = await client.status()
+    print(
+        f"oma-bridge {status['version']}: up {status['uptimeS']:.0f}s, "
+        f"{status['connections']} connection(s)"
+    )
+    sections = [
+        (
+            "AGENTS",
+            ["AGENT ID", "PROFILE", "KIND", "STATE", "QUEUED"],
+            [
+                [a["agentId"], a["profile"], a["kind"], a["state"], str(a["queuedRuns"])]
+                for a in status["agents"]
+            ],
+        ),
+        (
+            "RUNS",
+            ["RUN ID", "AGENT ID", "METHOD", "STARTED"],
+            [
+                [r["runId"], r["agentId"] or "-", r["method"], _clock(r["startedAt"])]
+                for r in status["runs"]
+            ],
+        ),
+        (
+            "PROCESSES",
+            ["PID", "AGENT ID", "RUN ID", "RSS"],
+            [
+                [str(p["pid"]), p["agentId"] or "-", p.get("runId") or "-", _bytes(p["rssBytes"])]
+                for p in status["processes"]
+            ],
+        ),
+    ]
+    for title, header, rows in sections:
+        print(f"\n{title}")
+        print(_table(header, rows) if rows else "  (none)")
+    if "evaluation" in status:
+        stats = status["evaluation"]
+        print("\nEVALUATION  " + "  ".join(f"{k}={v}" for k, v in stats.items()))
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from .client import connect
+    from .errors import InvalidMessageError
+
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    try:
+        run_input = _run_input(prompt, args.image)
+    except ValueError as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    overrides = {"systemPrompt": args.system} if args.system is not None else {}
+    try:
+        async with connect(client_name="oma-bridge-cli") as client:
+            agent = await client.open(args.agent, **overrides)
+            try:
+                if args.stream:
+                    stream = agent.stream(run_input)
+                    async for event in stream:
+                        if event.type == "text":
+                            sys.stdout.write(event.data)
+                            sys.stdout.flush()
+                    result = stream.result
+                else:
+                    result = await agent.run(run_input)
+                    sys.stdout.write(result.output)
+            finally:
+                await agent.close()
+    except InvalidMessageError as error:
+        print(f"oma-bridge: InvalidMessageError: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    if result is not None and result.output and not result.output.endswith("\n"):
+        sys.stdout.write("\n")
+    if result is None or not result.success:
+        reason = result.status.message if result is not None else "no result"
+        code = result.status.code if result is not None else "error"
+        print(f"oma-bridge: run {code}: {reason}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def _run_input(prompt: str, images: Sequence[Path]) -> Any:
+    """A string, or one user message with the prompt and the images (structured input)."""
+    if not images:
+        return prompt
+    content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+    for path in images:
+        media_type, _ = mimetypes.guess_type(path.name)
+        if media_type is None or not media_type.startswith("image/"):
+            raise ValueError(f"--image {path}: not a recognised image type")
+        try:
+            data = base64.b64encode(path.read_bytes()).decode("ascii")
+        except OSError as error:
+            raise ValueError(f"--image {path}: {error.strerror or error}") from None
+        content.append(
+            {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+        )
+    return [{"role": "user", "content": content}]
+
+
+_CLIENT_COMMANDS = {"agents": _agents, "status": _status, "run": _run}
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    lines = [header, *rows]
+    return "\n".join(
+        "  "
+        + "  ".join(
+            str(cell).ljust(width) for cell, width in zip(line, widths, strict=False)
+        ).rstrip()
+        for line in lines
+    )
+
+
+def _clock(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "queued"
+    import time
+
+    return time.strftime("%H:%M:%S", time.localtime(timestamp))
+
+
+def _bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
 
 
 if __name__ == "__main__":

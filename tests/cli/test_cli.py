@@ -1,0 +1,147 @@
+"""The oma-bridge command line against a real daemon subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CONFIG = """
+[agents.echo]
+kind = "llm"
+provider = "echo"
+model = "echo-1"
+
+[agents.wordcount]
+kind = "process"
+command = "wc"
+args = ["-w"]
+"""
+
+PNG = bytes.fromhex("89504e470d0a1a0a")
+
+
+@pytest.fixture
+def env() -> Iterator[dict[str, str]]:
+    folder = Path(tempfile.mkdtemp(prefix="omab-cli-", dir="/tmp"))
+    environment = {
+        **os.environ,
+        "XDG_RUNTIME_DIR": str(folder / "run"),
+        "XDG_STATE_HOME": str(folder / "state"),
+        "XDG_CONFIG_HOME": str(folder / "config"),
+    }
+    (folder / "run").mkdir(mode=0o700)
+    yield environment
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def cli(
+    env: dict[str, str], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "oma_bridge.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def daemon(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    config = Path(env["XDG_CONFIG_HOME"]) / "test.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(CONFIG)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "oma_bridge.cli", "serve", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    discovery = Path(env["XDG_RUNTIME_DIR"]) / "oma-bridge" / "bridge.json"
+    deadline = time.monotonic() + 20
+    while not discovery.exists():
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        assert time.monotonic() < deadline, "the daemon did not become ready"
+        time.sleep(0.05)
+    yield process
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    assert not discovery.exists()
+
+
+def test_version() -> None:
+    out = cli(dict(os.environ), "--version")
+    assert out.returncode == 0 and out.stdout.startswith("oma-bridge ")
+
+
+def test_no_daemon_is_said_clearly(env: dict[str, str]) -> None:
+    out = cli(env, "agents")
+    assert out.returncode == 3
+    assert "no oma-bridge daemon is running" in out.stderr
+    assert "oma-bridge serve" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_agents_and_status_tables(env: dict[str, str], daemon: subprocess.Popen[str]) -> None:
+    agents = cli(env, "agents")
+    assert agents.returncode == 0
+    assert agents.stdout.split("\n")[0].split() == ["NAME", "KIND", "MODEL", "DESCRIPTION"]
+    assert "wordcount  process" in agents.stdout
+    status = cli(env, "status")
+    assert status.returncode == 0
+    for title in ("AGENTS", "RUNS", "PROCESSES"):
+        assert title in status.stdout
+
+
+def test_run_prints_output(env: dict[str, str], daemon: subprocess.Popen[str]) -> None:
+    out = cli(env, "run", "echo", "hello there")
+    assert (out.returncode, out.stdout) == (0, "hello there\n")
+    streamed = cli(env, "run", "echo", "--stream", "--system", "terse", "one two")
+    assert (streamed.returncode, streamed.stdout) == (0, "(system: terse) one two\n")
+    piped = cli(env, "run", "wordcount", "-", stdin="four words from stdin")
+    assert piped.returncode == 0 and piped.stdout.strip() == "4"
+
+
+def test_images_are_structured_input(
+    env: dict[str, str], daemon: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    image = tmp_path / "dot.png"
+    image.write_bytes(PNG)
+    seen = cli(env, "run", "echo", "what is this", "--image", str(image))
+    assert (seen.returncode, seen.stdout) == (0, "what is this [image:image/png]\n")
+    refused = cli(env, "run", "wordcount", "what is this", "--image", str(image))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "oma-bridge: InvalidMessageError: The process external backend accepts string prompts "
+        "only; structured messages or content blocks cannot be forwarded without loss."
+    ]
+    not_image = tmp_path / "notes.txt"
+    not_image.write_text("x")
+    assert cli(env, "run", "echo", "x", "--image", str(not_image)).returncode == 2
+
+
+def test_unknown_profile_is_bad_input(env: dict[str, str], daemon: subprocess.Popen[str]) -> None:
+    out = cli(env, "run", "nope", "x")
+    assert out.returncode == 2
+    assert out.stderr.strip() == 'oma-bridge: Not found: no agent profile named "nope"'
+
+
+def test_bad_config_stops_serve_with_one_line(env: dict[str, str], tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[agents.x]\nkind = "process"\n')
+    out = cli(env, "serve", "--config", str(config))
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.startswith("oma-bridge:")]
+    assert len(lines) == 1
+    assert str(config) in lines[0] and "agents.x.command" in lines[0]
