@@ -43,7 +43,6 @@ from .._version import __version__
 from ..backend import BackendOutcome, PermissionRequest, RunContext
 from ..errors import AuthRequiredError, BackendError, OMAError, WireError
 from ..jsonrpc import (
-    INTERNAL_ERROR,
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
     ConnectionClosedError,
@@ -61,6 +60,7 @@ from .config import AcpConfig
 from .permissions import CANCELLED_OUTCOME, choose_option, parse_options, selected
 from .schema import InitializeResponse, PromptResponse, SessionResponse
 from .stdio import AgentProcess
+from .terminal import Terminals
 from .turn import Turn
 
 __all__ = ["AUTH_REQUIRED_CODE", "PROTOCOL_VERSION", "AcpBackend"]
@@ -94,6 +94,7 @@ class AcpBackend:
         self.config = config
         self.label = agent_name or "agent"
         self._cwd = config.resolved_cwd()
+        self._terminals = Terminals(self._cwd)
         self._lock = anyio.Lock()
         self._live: _Live | None = None
         #: The session to resume after a respawn, when the agent can.
@@ -141,6 +142,7 @@ class AcpBackend:
         """End the agent's whole process tree (no process of it survives)."""
         self._closed = True
         live, self._live = self._live, None
+        await self._terminals.close_all()
         if live is not None:
             live.dead = True
             await live.process.terminate(self.config.stop_grace_s)
@@ -239,6 +241,7 @@ class AcpBackend:
                 if live.session_id is not None:
                     await live.peer.notify_quietly("session/cancel", {"sessionId": live.session_id})
                 await live.peer.answer_pending(self._cancelled_answer(live.peer))
+                await self._terminals.close_all()
                 if call is not None:
                     with anyio.move_on_after(self.config.cancel_grace_s):
                         # cancelled, end_turn, -32800 or any error: the turn is over.
@@ -398,6 +401,7 @@ class AcpBackend:
         live.peer.fail_all(ConnectionClosedError("agent ended"))
         if self._live is live:
             self._live = None
+        await self._terminals.close_all()
         await live.process.terminate(self.config.stop_grace_s)
 
     # -- the connection ----------------------------------------------------------------------
@@ -450,7 +454,7 @@ class AcpBackend:
                 return await fs.read_text_file(self._cwd, params)
             return await fs.write_text_file(self._cwd, params)
         if method.startswith("terminal/") and self.config.terminal:
-            raise WireError(INTERNAL_ERROR, "terminal support is not available yet")
+            return await self._terminals.handle(method, params)
         raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     async def _on_permission(self, params: dict[str, Any]) -> Any:

@@ -238,6 +238,46 @@ class ScenarioAgent:
             await self._say(sid, f"error:{exc.code}:{exc}")
         return self._stop("end_turn")
 
+    async def do_terminal(self, sid: str, text: str, rest: str) -> Any:
+        code = (
+            "import sys; sys.stdout.write('ab' + 'é' * 3); sys.stdout.flush();"
+            " sys.stderr.write('!'); sys.exit(4)"
+        )
+        created = await self.conn.create_terminal(
+            session_id=sid, command=sys.executable, args=["-c", code], output_byte_limit=int(rest)
+        )
+        tid = created.terminal_id
+        exited = await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=tid)
+        output = await self.conn.terminal_output(session_id=sid, terminal_id=tid)
+        await self.conn.release_terminal(session_id=sid, terminal_id=tid)
+        await self._say(
+            sid, f"exit={exited.exit_code} output={output.output} truncated={output.truncated}"
+        )
+        return self._stop("end_turn")
+
+    async def do_terminalkill(self, sid: str, text: str, rest: str) -> Any:
+        created = await self.conn.create_terminal(
+            session_id=sid, command=sys.executable, args=["-c", "import time; time.sleep(600)"]
+        )
+        tid = created.terminal_id
+        await self.conn.kill_terminal(session_id=sid, terminal_id=tid)
+        exited = await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=tid)
+        await self.conn.release_terminal(session_id=sid, terminal_id=tid)
+        await self._say(sid, f"signal={exited.signal}")
+        return self._stop("end_turn")
+
+    async def do_terminalhang(self, sid: str, text: str, rest: str) -> Any:
+        created = await self.conn.create_terminal(
+            session_id=sid,
+            command=sys.executable,
+            args=["-c", "import os, time; print(os.getpid(), flush=True); time.sleep(600)"],
+        )
+        await asyncio.sleep(0.3)
+        output = await self.conn.terminal_output(session_id=sid, terminal_id=created.terminal_id)
+        await self._say(sid, f"pid={output.output.strip()}")
+        await self.cancelled[sid].wait()
+        return self._stop("cancelled")
+
 
 if __name__ == "__main__":
     asyncio.run(acp.run_agent(ScenarioAgent()))  # type: ignore[arg-type]
