@@ -55,7 +55,7 @@ async def test_cancel_kills_the_turns_terminals(tmp_path: Path) -> None:
                 group.start_soon(backend.run, ctx)
         pid = int(recorder.of("text")[0].removeprefix("pid="))
         with anyio.fail_after(5):
-            while alive(pid):
+            while alive(pid):  # noqa: ASYNC110 - a foreign process: nothing to await
                 await anyio.sleep(0.05)
     finally:
         await backend.aclose()
