@@ -21,6 +21,7 @@ Both HTTP adapters (Anthropic, OpenAI-compatible) go through
 from __future__ import annotations
 
 import email.utils
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -36,6 +37,8 @@ from ..errors import LLMCallTimeoutError, ProviderError
 from ..redaction import REDACTED, redact
 
 __all__ = ["ApiKey", "ProviderHTTP", "RetryPolicy"]
+
+logger = logging.getLogger(__name__)
 
 #: How much of a provider's error body an error message quotes.
 _BODY_SNIPPET = 500
@@ -191,7 +194,16 @@ class ProviderHTTP:
                 retry_headers = response.headers
             if attempt >= self.retry.attempts or not _retryable(failure):
                 raise failure
-            await anyio.sleep(self.retry.delay(attempt, retry_headers))
+            delay = self.retry.delay(attempt, retry_headers)
+            # The message is already redacted and free of the key (see error()).
+            logger.warning(
+                "%s; retry %d of %d in %.2f s",
+                failure.message,
+                attempt,
+                self.retry.attempts - 1,
+                delay,
+            )
+            await anyio.sleep(delay)
 
     async def aiter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
         """The body of a streaming response; a stall or a broken connection raises."""

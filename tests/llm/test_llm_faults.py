@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import anyio
 import pytest
 from fake_llm_provider import (
+    Conn,
     FakeProvider,
+    Recorded,
     Turn,
     encode_sse,
     error_reply,
@@ -73,9 +76,12 @@ async def test_401_fails_at_once_with_the_providers_words_and_no_key(
 
 
 async def test_429_waits_for_retry_after_then_succeeds(
-    anthropic_server: FakeProvider, api_key: str
+    anthropic_server: FakeProvider, api_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    anthropic_server.reply(error_reply(429, "rate limited", {"retry-after": "1"}))
+    caplog.set_level(logging.DEBUG)
+    anthropic_server.reply(
+        error_reply(429, f"rate limited for key {api_key}", {"retry-after": "1"})
+    )
     anthropic_server.turn(Turn(text=["fine"]))
     started = time.monotonic()
     async with agent_for(anthropic_server) as agent:
@@ -84,6 +90,9 @@ async def test_429_waits_for_retry_after_then_succeeds(
     assert result.output == "fine"
     assert time.monotonic() - started >= 0.9
     assert len(anthropic_server.requests) == 2
+    assert "HTTP 429: rate limited for key [redacted]" in caplog.text
+    assert "retry 1 of 3 in 1.00 s" in caplog.text
+    assert api_key not in caplog.text
 
 
 async def test_retry_after_ms_wins_over_backoff(openai_server: FakeProvider, api_key: str) -> None:
@@ -241,3 +250,41 @@ async def test_llm_call_timeout_is_an_error_class(
     backend = backend_for("anthropic", anthropic_server.base_url, call_timeout_ms=200)
     with anyio.fail_after(10), pytest.raises(LLMCallTimeoutError):
         await run_backend(backend, [user("x")])
+
+
+async def test_leaving_a_stream_early_closes_the_provider_connection(
+    openai_server: FakeProvider, api_key: str
+) -> None:
+    client_gone = anyio.Event()
+
+    async def endless(request: Recorded, conn: Conn) -> None:
+        await conn.start_sse()
+        try:
+            for i in range(10_000):
+                chunk = {"choices": [{"index": 0, "delta": {"content": f"t{i} "}}]}
+                await conn.send_chunk(sse_event(chunk))
+                await anyio.sleep(0.01)
+        except (anyio.BrokenResourceError, ConnectionError):
+            client_gone.set()
+
+    openai_server.reply(endless)
+    with anyio.fail_after(10):
+        async with agent_for(openai_server) as agent:
+            stream = agent.stream("go")
+            async for event in stream:
+                assert event.type == "text"
+                break
+            await stream.aclose()
+        await client_gone.wait()
+
+
+async def test_whole_run_timeout_during_a_live_stream_keeps_the_partial_text(
+    anthropic_server: FakeProvider, api_key: str
+) -> None:
+    events = encode_sse("anthropic", Turn(text=["so far "]))[:4]
+    anthropic_server.reply(sse_reply(events, after="stall"))
+    with anyio.fail_after(10):
+        async with agent_for(anthropic_server, timeout_ms=300) as agent:
+            result = await agent.run("hi")
+    assert_failed(result, "timeout", "timeout", "exceeded whole-run timeout of 300ms")
+    assert result.output == "so far "
