@@ -2,18 +2,25 @@
 
 A local server (a separate process, so its work does not share our event
 loop) answers every POST with one model turn of 20,000 token deltas in the
-provider's SSE format.  In the same run, for each provider format, we read
-that stream two ways and time each:
+provider's SSE format, as fast as the socket takes them.  In the same run,
+for each provider format, three readers take that stream, in interleaved
+rounds:
 
-* **baseline**: bare ``httpx`` — ``aiter_lines()``, keep ``data:`` lines,
+* **bare httpx** (the baseline): ``aiter_lines()``, keep ``data:`` lines,
   ``orjson.loads`` each, count the text deltas: the least a client must do;
-* **oma-bridge**: ``Agent.stream(...)`` — the adapter, the shared SSE
-  parser, the LLM loop and the agent's event relay, counting ``text`` events.
+* **LLMBackend.run**: the adapter, the shared SSE parser and the LLM loop,
+  with an ``emit`` that only counts: oma-bridge without the agent's relay;
+* **Agent.stream**: what a library user or the daemon reads.
 
-Reported: time to first text event and text events per second (medians over
-the rounds), and the ratio of events/s to the baseline (target >= 0.8).
+A ``text`` event carries the text deltas that arrived in one network read
+(``TurnBuilder.flush_text``), so the oma-bridge readers count the deltas
+delivered (each ``tok<i> `` delta holds one space), not the events.
 
-Run: ``.venv/bin/python bench/bench_stream.py [--tokens 20000] [--rounds 5]``
+Reported: time to first text (from the start of the call, client set-up
+included for every reader) and deltas per second, medians over the rounds,
+and the ratio of deltas/s to the baseline (target >= 0.8).
+
+Run: ``.venv/bin/python bench/bench_stream.py [--tokens 20000] [--rounds 9]``
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import httpx
 import orjson
+from _util import machine, print_table
 
 from oma_bridge import Agent
 from oma_bridge.agent import AgentConfig
@@ -245,7 +253,7 @@ def _readers(provider: str, root: str) -> dict[str, Reader]:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     os.environ[KEY_ENV] = "bench-key"
 
@@ -254,9 +262,9 @@ async def main() -> None:
         assert server.stdout is not None
         port = int((await server.stdout.receive()).decode().split()[0])
         root = f"http://127.0.0.1:{port}"
-        print(f"LLM streaming: {args.tokens} token deltas, median of {args.rounds} rounds\n")
-        print("| provider | path | first event (ms) | events/s | ratio |")
-        print("|---|---|---:|---:|---:|")
+        print(f"LLM streaming: {args.tokens:,} token deltas, median of {args.rounds} rounds")
+        print(f"machine: {machine()}\n")
+        rows: list[list[object]] = []
         for provider in ("anthropic", "openai"):
             readers = _readers(provider, root)
             for reader in readers.values():  # warm-up: imports, connections, caches
@@ -264,8 +272,10 @@ async def main() -> None:
             results = await measure(readers, args.tokens, args.rounds)
             baseline = results["bare httpx"][1]
             for name, (first, rate) in results.items():
-                ratio = rate / baseline
-                print(f"| {provider} | {name} | {first:.1f} | {rate:,.0f} | {ratio:.2f} |")
+                rows.append(
+                    [provider, name, f"{first:.1f}", f"{rate:,.0f}", f"{rate / baseline:.2f}"]
+                )
+        print_table(["provider", "path", "first event (ms)", "deltas/s", "ratio"], rows)
     finally:
         server.terminate()
         await server.wait()
