@@ -33,7 +33,7 @@ from pathlib import Path
 TAG_VARIABLE = "OMA_BRIDGE_SUPERVISOR_TAG"
 STATE_SUFFIX = ".state"
 _STATE_MAGIC = "oma-bridge-supervisor 1"
-# A state file is compacted once it holds this many lines and no live group.
+# A state file is compacted past this many lines (or four lines per live group).
 _COMPACT_LINES = 4096
 
 
@@ -162,12 +162,15 @@ class _StateFile:
         self._file.write(self._header)
         self._lines = 0
 
-    def append(self, line: str, live: int) -> None:
-        if live == 0 and self._lines >= _COMPACT_LINES:
+    def append(self, line: str, groups: dict[int, int]) -> None:
+        if self._lines >= max(_COMPACT_LINES, 4 * len(groups)):
+            # Rewrite in place: the header and the live groups only.
             self._file.seek(0)
             self._file.truncate()
-            self._file.write(self._header)
-            self._lines = 0
+            live = "".join(f"+{pgid} {started}\n" for pgid, started in groups.items())
+            self._file.write(self._header + live)
+            self._lines = len(groups)
+            return
         self._file.write(line)
         self._lines += 1
 
@@ -195,9 +198,9 @@ def main(argv: list[str]) -> None:
                     continue  # already gone: nothing to remember
                 groups[pgid] = started
                 if state:
-                    state.append(f"+{pgid} {started}\n", len(groups))
+                    state.append(f"+{pgid} {started}\n", groups)
             elif groups.pop(pgid, None) is not None and state:
-                state.append(f"-{pgid}\n", len(groups))
+                state.append(f"-{pgid}\n", groups)
     reap_everything(owner, groups.items())
     if state:
         state.remove()

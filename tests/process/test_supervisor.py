@@ -192,3 +192,37 @@ async def test_a_dead_watchdog_is_replaced_and_still_guards() -> None:
         assert psutil.pid_exists(supervisor.watchdog_pid or 0)
     finally:
         supervisor.close()
+
+
+def test_the_state_file_stays_small_under_steady_traffic(tmp_path: Path) -> None:
+    from oma_bridge.process import _watchdog
+
+    state = tmp_path / "cafe.state"
+    sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    sentinel = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    watchdog = subprocess.Popen(
+        [sys.executable, "-I", "-S", _watchdog.__file__, "cafe", str(state)],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        assert watchdog.stdin is not None
+        # 3,000 short runs of one group, then it stays; the sentinel marks the end.
+        watchdog.stdin.write(f"+{sleeper.pid}\n-{sleeper.pid}\n".encode() * 3000)
+        watchdog.stdin.write(f"+{sleeper.pid}\n+{sentinel.pid}\n".encode())
+        watchdog.stdin.flush()
+        _registered(tmp_path, sentinel.pid)
+        lines = state.read_text().splitlines()
+        assert len(lines) < 3000
+        assert lines[-2:] == [
+            f"+{sleeper.pid} {start_time(sleeper.pid)}",
+            f"+{sentinel.pid} {start_time(sentinel.pid)}",
+        ]
+        watchdog.stdin.close()  # as if we died: the registered group goes
+        assert watchdog.wait(timeout=5) == 0
+        assert sleeper.wait(timeout=5) == -signal.SIGKILL
+        assert sentinel.wait(timeout=5) == -signal.SIGKILL
+        assert not state.exists()
+    finally:
+        kill_all([sleeper.pid, sentinel.pid, watchdog.pid])
+        for process in (sleeper, sentinel, watchdog):
+            process.wait()
