@@ -11,7 +11,7 @@ block); a ``tool_use`` drops ``signature``, Gemini's field.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import orjson
@@ -143,7 +143,7 @@ class AnthropicAdapter:
         response.stop_reason = data.get("stop_reason")
         return response
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamDelta]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamDelta, None]:
         validate_messages(request.messages)
         headers = {**self._headers(), "accept": "text/event-stream"}
         decoder = _StreamDecoder(self.http)

@@ -10,6 +10,7 @@ budget``): the run then emits ``budget_exceeded`` and stops.
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Literal
 
 from ..backend import BackendOutcome, RunContext
@@ -92,16 +93,19 @@ class LLMBackend:
             temperature=self.temperature,
         )
         emit = ctx.emit
-        async for delta in self.adapter.stream(request):
-            # Ordered by frequency: this loop runs once per token.
-            if type(delta) is TextDelta:
-                await emit(StreamEvent("text", delta.text))
-            elif isinstance(delta, ReasoningDelta):
-                await emit(StreamEvent("reasoning", delta.text))
-            elif isinstance(delta, ToolUseDelta):
-                await emit(StreamEvent("tool_use", delta.block))
-            elif isinstance(delta, TurnEnd):
-                return delta.response
+        # aclosing: a run cancelled while it emits must close the HTTP stream
+        # now, not whenever the suspended generator is collected.
+        async with aclosing(self.adapter.stream(request)) as deltas:
+            async for delta in deltas:
+                # Ordered by frequency: this loop runs once per network read.
+                if type(delta) is TextDelta:
+                    await emit(StreamEvent("text", delta.text))
+                elif isinstance(delta, ReasoningDelta):
+                    await emit(StreamEvent("reasoning", delta.text))
+                elif isinstance(delta, ToolUseDelta):
+                    await emit(StreamEvent("tool_use", delta.block))
+                elif isinstance(delta, TurnEnd):
+                    return delta.response
         raise RuntimeError(f"{self.adapter.provider} adapter stream ended without TurnEnd")
 
     async def aclose(self) -> None:

@@ -10,7 +10,7 @@ have been sent.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from ..messages import LLMMessage, validate_messages
@@ -59,7 +59,7 @@ class EchoAdapter:
         validate_messages(request.messages)
         return echo_answer(request.messages, request.system_prompt)
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamDelta]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamDelta, None]:
         """One :class:`TextDelta` per word, with its trailing space."""
         validate_messages(request.messages)
         response = echo_answer(request.messages, request.system_prompt)

@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 #: How much of a provider's error body an error message quotes.
 _BODY_SNIPPET = 500
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
+#: Longest wait for a response's connection to be released.
+_CLOSE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,7 @@ class ProviderHTTP:
                     try:
                         yield response
                     finally:
-                        await response.aclose()
+                        await _close(response)
                     return
                 failure = await self._status_error(response)
                 retry_headers = response.headers
@@ -221,7 +223,7 @@ class ProviderHTTP:
         except httpx.HTTPError:
             raw = b""
         finally:
-            await response.aclose()
+            await _close(response)
         status = response.status_code
         return self.error(f"HTTP {status}: {self._provider_message(raw)}", http_status=status)
 
@@ -254,6 +256,16 @@ class ProviderHTTP:
         ms = round(self.call_timeout_s * 1000)
         what = "stream stalled for more than" if stalled else "call exceeded"
         return LLMCallTimeoutError(f"{self.label} {what} call_timeout_ms={ms}")
+
+
+async def _close(response: httpx.Response) -> None:
+    """Release a response's connection, also when the run is being cancelled.
+
+    Shielded (a cancelled run must still hand its socket back or close it),
+    and bounded, so a wedged peer cannot hold a cancellation up.
+    """
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
+        await response.aclose()
 
 
 def error_text(data: Any) -> str | None:

@@ -24,7 +24,7 @@ words):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import orjson
@@ -202,7 +202,7 @@ class OpenAIAdapter:
         turn.stop_reason = data["choices"][0].get("finish_reason")
         return turn.response()
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamDelta]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamDelta, None]:
         validate_messages(request.messages)
         headers = {**self._headers(), "accept": "text/event-stream"}
         decoder = _StreamDecoder(self.http)

@@ -1,10 +1,10 @@
 """Executing a model's tool calls in-process.
 
 A tool's executor may be sync or async.  A sync one runs in a worker thread,
-so a slow tool cannot freeze the daemon's event loop; an async one runs on
-the loop.  Whatever a tool raises becomes an error ``tool_result`` that the
-model sees (OMA's rule), never a failed run; a cancelled run still cancels
-an async tool.
+so a slow tool cannot freeze the daemon's event loop (nor hold up the
+cancellation of its run); an async one runs on the loop.  Whatever a tool
+raises becomes an error ``tool_result`` that the model sees (OMA's rule),
+never a failed run; a cancelled run still cancels an async tool.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ def _as_text(value: Any) -> str:
 async def _call(tool: ToolDefinition, arguments: dict[str, Any]) -> Any:
     if inspect.iscoroutinefunction(tool.execute):
         return await tool.execute(arguments)
-    result = await anyio.to_thread.run_sync(tool.execute, arguments)
+    # abandon_on_cancel: a cancelled or timed-out run ends now; a thread
+    # cannot be interrupted, so a blocking tool finishes on its own.
+    result = await anyio.to_thread.run_sync(tool.execute, arguments, abandon_on_cancel=True)
     if inspect.isawaitable(result):
         result = await result
     return result

@@ -3,7 +3,7 @@
 An adapter speaks one provider's wire format.  It has two calls:
 
 * ``await chat(request)`` → :class:`ChatResponse` (one non-streaming turn);
-* ``stream(request)`` → an async iterator of :class:`TextDelta`,
+* ``stream(request)`` → an async generator of :class:`TextDelta`,
   :class:`ReasoningDelta` and :class:`ToolUseDelta` as they arrive, ending
   with exactly one :class:`TurnEnd` that carries the assembled response.
 
@@ -14,7 +14,7 @@ own rejects malformed messages as OMA's adapters do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -111,7 +111,7 @@ class LLMAdapter(Protocol):
 
     async def chat(self, request: ChatRequest) -> ChatResponse: ...
 
-    def stream(self, request: ChatRequest) -> AsyncIterator[StreamDelta]: ...
+    def stream(self, request: ChatRequest) -> AsyncGenerator[StreamDelta, None]: ...
 
     async def aclose(self) -> None: ...
 
