@@ -154,3 +154,32 @@ async def test_tool_calls_through_agent_run(anthropic_server: FakeProvider, api_
         {"toolName": "echo", "input": {"x": "pong"}, "output": "pong"}
     ]
     assert len(wire["messages"]) == 3
+
+
+async def test_a_blocking_tool_does_not_hold_up_the_whole_run_timeout(
+    anthropic_server: FakeProvider, api_key: str
+) -> None:
+    release = threading.Event()
+
+    def blocking(args: dict[str, Any]) -> str:
+        release.wait(5)  # a tool stuck in blocking I/O
+        return "late"
+
+    anthropic_server.turn(Turn(text=["calling "], tool_calls=[call(1, "blocking")]))
+    config = AgentConfig(
+        name="patient",
+        provider="anthropic",
+        model="m",
+        base_url=anthropic_server.base_url,
+        api_key_env="OMA_TEST_KEY",
+        tools=(ToolDefinition(name="blocking", execute=blocking),),
+        timeout_ms=300,
+    )
+    try:
+        with anyio.fail_after(3):
+            async with Agent(config) as agent:
+                result = await agent.run("go")
+    finally:
+        release.set()
+    assert result.status.code == "timeout"
+    assert result.output == "calling "
