@@ -164,10 +164,11 @@ class AcpBackend:
         failure: BaseException | None = None
         try:
             async with self._serving(live):
-                # Give updates already waiting in the pipe (late ones of an
-                # earlier turn, commands announced after session/new) a chance
-                # to be read before this turn starts counting text.
-                await anyio.lowlevel.checkpoint()
+                # Let the reader take what already waits in the pipe (late
+                # updates of an earlier turn, commands announced after
+                # session/new) before this turn starts counting text.
+                for _ in range(3):
+                    await anyio.lowlevel.checkpoint()
                 turn.prompting = True
                 call = await live.peer.start_request("session/prompt", params)
                 try:

@@ -27,6 +27,16 @@ from ..results import StreamEvent, ToolCallRecord
 __all__ = ["Turn"]
 
 _TERMINAL_STATUSES = ("completed", "failed")
+_TURN_KINDS = frozenset(
+    {
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "user_message_chunk",
+        "tool_call",
+        "tool_call_update",
+        "usage_update",
+    }
+)
 
 
 @dataclass
@@ -80,7 +90,11 @@ class Turn:
     async def on_update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
         if not self.prompting:
-            await self.emit(StreamEvent("update", update))
+            # Before the prompt is sent, message and tool updates are a
+            # session/load replay or late ones of an earlier turn: not this
+            # turn's.  Session state (commands, modes, info) goes through.
+            if kind not in _TURN_KINDS:
+                await self.emit(StreamEvent("update", update))
             return
         if kind == "agent_message_chunk":
             text = _content_text(update)

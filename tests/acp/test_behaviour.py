@@ -235,3 +235,56 @@ async def test_a_line_over_the_ceiling_fails_cleanly(tmp_path: Path) -> None:
     config = fault_config(tmp_path, "acp_fault_agent.py", "longline", max_line_bytes=65536)
     with pytest.raises(BackendError, match="longer than 65536 bytes"):
         await _one(config, "go")
+
+
+# -- more protocol corners ---------------------------------------------------------------
+
+
+async def test_late_updates_of_a_finished_turn_are_dropped(tmp_path: Path) -> None:
+    backend = AcpBackend(fault_config(tmp_path, "acp_fault_agent.py", "late"), agent_name="f")
+    try:
+        first, _ = await run_text(backend, "go")
+        assert first.output == "turn 1"
+        await anyio.sleep(0.3)  # the late chunk is now waiting in the pipe
+        second, rec = await run_text(backend, "go")
+        assert second.output == "turn 2"
+        assert "LATE" not in str(rec.events)
+    finally:
+        await backend.aclose()
+
+
+async def test_agent_withdraws_a_permission_request(tmp_path: Path) -> None:
+    async def never(request: Any) -> str | None:
+        await anyio.sleep_forever()
+        return None
+
+    config = fault_config(tmp_path, "acp_fault_agent.py", "withdraw")
+    outcome, _ = await _one(config, "go", permission_handler=never)
+    assert outcome.output == "withdrawn:900:-32800"
+
+
+async def test_legacy_set_model_without_config_options(tmp_path: Path) -> None:
+    config = fault_config(tmp_path, "acp_fault_agent.py", "legacymodel", model="m-2")
+    outcome, _ = await _one(config, "go")
+    assert outcome.output == "model=m-2"
+
+
+async def test_cancel_during_start_up_ends_the_agent_and_next_run_starts_afresh(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "slow"
+    marker.touch()
+    config = fault_config(
+        tmp_path, "acp_fault_agent.py", "slowinit", env={"ACP_SLOW_INIT": str(marker)}
+    )
+    backend = AcpBackend(config, agent_name="f")
+    try:
+        with anyio.move_on_after(1.0) as scope:
+            await run_text(backend, "go")
+        assert scope.cancelled_caught
+        assert backend.pid is None
+        with anyio.fail_after(15):
+            outcome, _ = await run_text(backend, "go")
+        assert outcome.output == "ok from slowinit"
+    finally:
+        await backend.aclose()

@@ -7,6 +7,11 @@ Modes:
   immortal    ignores stdin EOF and SIGTERM, and leaves a grandchild in a new session
   longline    answers the prompt with one line over the client's ceiling
   eof         closes stdout in the middle of a turn but keeps running
+  late        sends a chunk 50 ms after answering each prompt
+  slowinit    answers initialize after 30 s if the file named by ACP_SLOW_INIT exists
+              (and removes it)
+  withdraw    asks for permission, then withdraws the request with $/cancel_request
+  legacymodel offers no config options; serves session/set_model
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "noise"
 
@@ -48,6 +55,9 @@ def chunk(session_id: str, text: str) -> None:
     )
 
 
+state: dict[str, Any] = {"turns": 0, "model": None}
+
+
 def main() -> None:
     if MODE == "immortal":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -62,11 +72,15 @@ def main() -> None:
         )
         sys.stderr.write(f"grandchild {grandchild.pid}\n")
         sys.stderr.flush()
-    for line in sys.stdin:
+    while line := sys.stdin.readline():
         message = json.loads(line)
         method, request_id = message.get("method"), message.get("id")
         params = message.get("params") or {}
         if method == "initialize":
+            marker = os.environ.get("ACP_SLOW_INIT")
+            if MODE == "slowinit" and marker and Path(marker).exists():
+                Path(marker).unlink()
+                time.sleep(30)
             send({"jsonrpc": "2.0", "id": request_id, "result": {"protocolVersion": 1}})
             if MODE == "flood":
                 for n in range(500):
@@ -74,8 +88,38 @@ def main() -> None:
                 sys.stdout.flush()
         elif method == "session/new":
             send({"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": "fault-1"}})
+        elif method == "session/set_model":
+            state["model"] = params.get("modelId")
+            send({"jsonrpc": "2.0", "id": request_id, "result": {}})
         elif method == "session/prompt":
             sid = params["sessionId"]
+            state["turns"] += 1
+            if MODE == "late":
+                chunk(sid, f"turn {state['turns']}")
+                send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+                time.sleep(0.05)
+                chunk(sid, "LATE")
+                continue
+            if MODE == "legacymodel":
+                chunk(sid, f"model={state['model']}")
+                send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+                continue
+            if MODE == "withdraw":
+                ask = {"sessionId": sid, "toolCall": {"toolCallId": "w1"}, "options": []}
+                send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 900,
+                        "method": "session/request_permission",
+                        "params": ask,
+                    }
+                )
+                time.sleep(0.2)
+                send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 900}})
+                answer = json.loads(sys.stdin.readline())
+                chunk(sid, f"withdrawn:{answer.get('id')}:{answer.get('error', {}).get('code')}")
+                send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+                continue
             if MODE == "unknown":
                 update(sid, {"sessionUpdate": "notice", "severity": "warning", "title": "heads up"})
                 update(
