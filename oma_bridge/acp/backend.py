@@ -41,7 +41,7 @@ from pydantic import ValidationError
 
 from .._version import __version__
 from ..backend import BackendOutcome, PermissionRequest, RunContext
-from ..errors import AuthRequiredError, BackendError, OMAError, WireError
+from ..errors import AuthRequiredError, BackendError, OMAError, RunTimeoutError, WireError
 from ..jsonrpc import (
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
@@ -133,7 +133,11 @@ class AcpBackend:
             turn = Turn(self._turn_counter, ctx.emit)
             self._turn, self._ctx = turn, ctx
             try:
-                return await self._run_turn(ctx, turn, text)
+                with anyio.move_on_after(self.config.timeout_s):
+                    return await self._run_turn(ctx, turn, text)
+                # The profile's timeout_s fired; the turn was cancelled as a caller cancel is.
+                assert self.config.timeout_s is not None
+                raise RunTimeoutError.for_agent(self.label, round(self.config.timeout_s * 1000))
             finally:
                 turn.finished = True
                 self._turn, self._ctx, self._cancelling = None, None, False

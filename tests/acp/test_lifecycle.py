@@ -11,7 +11,7 @@ import pytest
 
 from oma_bridge.acp import AcpBackend
 from oma_bridge.backend import PermissionRequest
-from oma_bridge.errors import BackendError
+from oma_bridge.errors import BackendError, RunTimeoutError
 
 from .helpers import Recorder, alive, context, fault_config, group_alive, run_text, scenario_config
 
@@ -141,3 +141,14 @@ async def test_agent_ignoring_eof_and_sigterm_is_gone_after_close(tmp_path: Path
         await backend.aclose()
     assert not group_alive(pid)
     assert not any(alive(p.pid) for p in tree)
+
+
+async def test_profile_timeout_cancels_the_turn(tmp_path: Path) -> None:
+    backend = AcpBackend(scenario_config(tmp_path, timeout_s=0.5), agent_name="coder")
+    try:
+        with pytest.raises(RunTimeoutError, match=r'"coder" exceeded whole-run timeout of 500ms'):
+            await run_text(backend, "slow")
+        outcome, _ = await run_text(backend, "echo still here")
+        assert outcome.output == "echo still here"
+    finally:
+        await backend.aclose()
