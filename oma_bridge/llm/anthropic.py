@@ -38,6 +38,8 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 #: The Messages API requires ``max_tokens``; used when the config sets none.
 DEFAULT_MAX_TOKENS = 4096
+#: What a provider's JSON of an unexpected shape raises while it is read.
+_SHAPE_ERRORS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 PROVIDER = "anthropic"
 
 
@@ -136,11 +138,12 @@ class AnthropicAdapter:
         data = await self.http.post_json(
             self.url, self._headers(), build_body(request, stream=False)
         )
-        if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-            raise self.http.error(f"unexpected answer: {str(data)[:200]}")
-        response = ChatResponse([_from_provider(b) for b in data["content"]])  # type: ignore[misc]
-        _usage(data.get("usage"), response.usage)
-        response.stop_reason = data.get("stop_reason")
+        try:
+            response = ChatResponse([_from_provider(b) for b in data["content"]])  # type: ignore[misc]
+            _usage(data.get("usage"), response.usage)
+            response.stop_reason = data.get("stop_reason")
+        except _SHAPE_ERRORS:
+            raise self.http.error(f"unexpected answer: {str(data)[:200]}") from None
         return response
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamDelta, None]:
@@ -193,8 +196,11 @@ class _StreamDecoder:
                     out.append(handled)
                 if self.ended:
                     break
-        except ProviderError as error:  # shown after the text that came before it
+        # A failure is raised after the text that came before it is shown.
+        except ProviderError as error:
             self.failure = error
+        except _SHAPE_ERRORS as error:  # JSON, but not the provider's documented shape
+            self.failure = self.http.error(f"unexpected stream event: {error!r}")
         self.turn.flush_text(text, out)
         return out
 
@@ -225,10 +231,7 @@ class _StreamDecoder:
     def _delta(self, data: dict[str, Any]) -> StreamDelta | None:
         delta = data.get("delta", {})
         index = data.get("index", -1)
-        kind = delta.get("type")
-        if kind == "text_delta":
-            self.turn.text(delta["text"])
-            return TextDelta(delta["text"])
+        kind = delta.get("type")  # text_delta never gets here: batch() takes it
         if kind == "input_json_delta" and index in self.tool:
             self.tool[index][1].append(delta.get("partial_json", ""))
         elif kind == "thinking_delta":

@@ -48,6 +48,8 @@ from .types import (
 __all__ = ["DEFAULT_BASE_URL", "OpenAIAdapter", "build_body"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: What a provider's JSON of an unexpected shape raises while it is read.
+_SHAPE_ERRORS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 PROVIDER = "openai"
 _DONE = b"[DONE]"
 
@@ -183,9 +185,12 @@ class OpenAIAdapter:
             self.url, self._headers(), build_body(request, stream=False)
         )
         try:
-            message = data["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
+            return self._answer(data)
+        except _SHAPE_ERRORS:
             raise self.http.error(f"unexpected answer: {str(data)[:200]}") from None
+
+    def _answer(self, data: Any) -> ChatResponse:
+        message = data["choices"][0]["message"]
         turn = TurnBuilder()
         reasoning = _reasoning_text(message)
         if reasoning:
@@ -256,8 +261,11 @@ class _StreamDecoder:
                             continue
                 self.turn.flush_text(text, out)
                 out += self.handle(data, event)
-        except ProviderError as error:  # shown after the text that came before it
+        # A failure is raised after the text that came before it is shown.
+        except ProviderError as error:
             self.failure = error
+        except _SHAPE_ERRORS as error:  # JSON, but not the provider's documented shape
+            self.failure = self.http.error(f"unexpected stream event: {error!r}")
         self.turn.flush_text(text, out)
         return out
 

@@ -288,3 +288,29 @@ async def test_whole_run_timeout_during_a_live_stream_keeps_the_partial_text(
             result = await agent.run("hi")
     assert_failed(result, "timeout", "timeout", "exceeded whole-run timeout of 300ms")
     assert result.output == "so far "
+
+
+@pytest.mark.parametrize(
+    ("flavor", "event"),
+    [
+        ("anthropic", {"type": "message_start", "message": None}),
+        (
+            "anthropic",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use"}},
+        ),
+        ("openai", {"choices": [{"index": 0, "delta": "not an object"}]}),
+        ("openai", {"choices": [{"delta": {"tool_calls": [{"index": "x"}]}}]}),
+    ],
+)
+async def test_json_of_an_unexpected_shape_is_a_provider_error(
+    flavor: str,
+    event: dict[str, object],
+    anthropic_server: FakeProvider,
+    openai_server: FakeProvider,
+    api_key: str,
+) -> None:
+    server = anthropic_server if flavor == "anthropic" else openai_server
+    server.reply(sse_reply([sse_event(event)]))
+    async with agent_for(server) as agent:
+        result = await agent.run("hi")
+    assert_failed(result, "error", "provider", "unexpected stream event")
