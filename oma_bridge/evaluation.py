@@ -40,6 +40,7 @@ import orjson
 from .redaction import redact
 
 __all__ = [
+    "BUILTIN_SCORERS",
     "PAYLOAD_CAP",
     "EvaluationConfig",
     "EvaluationInput",
@@ -50,6 +51,7 @@ __all__ = [
     "Score",
     "Scorer",
     "cap_text",
+    "resolve_scorer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -364,3 +366,47 @@ def _score_of(answer: Any) -> dict[str, Any]:
     if not isinstance(score, int | float) or isinstance(score, bool) or not math.isfinite(score):
         raise TypeError(f"a scorer's score must be a finite number, got {score!r}")
     return {"score": float(score), "pass": bool(passed), "reason": str(reason)}
+
+
+# ---------------------------------------------------------------------------
+# Scorers named in a config file
+
+
+def success_scorer(evaluation: EvaluationInput) -> Score:
+    """1 when the run succeeded, else 0; the reason is the status code."""
+    status = evaluation.result.get("status") or {}
+    passed = bool(evaluation.result.get("success"))
+    return Score(1.0 if passed else 0.0, passed, str(status.get("code", "")))
+
+
+def non_empty_scorer(evaluation: EvaluationInput) -> Score:
+    """1 when the output has any non-blank text."""
+    passed = bool(evaluation.output.strip())
+    return Score(1.0 if passed else 0.0, passed, "" if passed else "empty output")
+
+
+#: Scorers a config can name without code of its own.
+BUILTIN_SCORERS: dict[str, Scorer] = {"success": success_scorer, "non_empty": non_empty_scorer}
+
+
+def resolve_scorer(spec: str) -> Scorer:
+    """A built-in scorer's name, or ``"package.module:function"``.
+
+    Raises ``ValueError`` saying what could not be found.
+    """
+    if spec in BUILTIN_SCORERS:
+        return BUILTIN_SCORERS[spec]
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        names = ", ".join(sorted(BUILTIN_SCORERS))
+        raise ValueError(f'{spec!r} is neither a built-in scorer ({names}) nor "module:function"')
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import {module_name!r}: {error}") from None
+    scorer = getattr(module, attribute, None)
+    if not callable(scorer):
+        raise ValueError(f"{module_name!r} has no callable {attribute!r}")
+    return scorer  # type: ignore[no-any-return]

@@ -24,6 +24,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,11 +36,13 @@ from .._version import __version__
 from ..agent import Agent, AgentConfig, RunStream, current_run_id
 from ..backend import PermissionHandler, PermissionRequest
 from ..errors import CallbackError, InvalidMessageError, WireError
+from ..evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from ..jsonrpc import ConnectionClosedError
 from ..orchestrator import OpenMultiAgent
 from ..results import AgentRunResult
 from .config import AcpProfile, LlmProfile, ProcessProfile, ServerConfig
 from .methods import MethodRegistry, forbidden, not_found, parse_params
+from .paths import default_state_dir
 from .profiles import agent_profile_info, profile_agent_config
 from .session import Session
 
@@ -196,12 +199,18 @@ def _least_privilege_reject(request: PermissionRequest) -> str | None:
 class AgentService:
     """Hosts the agents and runs of every connection; see the module docstring."""
 
-    def __init__(self, config: ServerConfig, *, orchestrator: OpenMultiAgent | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        orchestrator: OpenMultiAgent | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
         self.config = config
         self.settings = config.server
         self.agents: dict[str, HostedAgent] = {}
         self.runs: dict[str, LiveRun] = {}
-        self.orchestrator = orchestrator or OpenMultiAgent()
+        self.orchestrator = orchestrator or _orchestrator(config, state_dir)
         self.started = time.time()
         self._slots = anyio.CapacityLimiter(self.settings.max_concurrent_runs)
         self._queued = 0
@@ -709,6 +718,23 @@ class _maybe:
     async def __aexit__(self, *exc_info: object) -> None:
         if self.lock is not None:
             self.lock.release()
+
+
+def _orchestrator(config: ServerConfig, state_dir: Path | None) -> OpenMultiAgent:
+    """The orchestrator of ``oma/runAgent``, with evaluation when the config asks for it."""
+    section = config.evaluation
+    if section is None:
+        return OpenMultiAgent()
+    store = section.store or (state_dir or default_state_dir()) / "evaluations.jsonl"
+    evaluation = EvaluationConfig(
+        scorers=[resolve_scorer(spec) for spec in section.scorers],
+        sample=section.sample,
+        max_concurrent=section.max_concurrent,
+        max_queue_length=section.max_queue_length,
+        store=JsonlFileStore(store),
+        store_payloads=section.store_payloads,
+    )
+    return OpenMultiAgent(evaluation=evaluation)
 
 
 def _chosen_option(answer: Any, request: PermissionRequest) -> str | None:

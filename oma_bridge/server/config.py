@@ -264,10 +264,43 @@ AgentProfile: TypeAlias = Annotated[
 ]
 
 
+class EvaluationSection(_Frozen):
+    """``[evaluation]``: online evaluation of ``oma/runAgent`` runs.
+
+    ``scorers`` are built-in names (``success``, ``non_empty``) or
+    ``"package.module:function"``; records go to ``store`` (default:
+    ``evaluations.jsonl`` in the daemon's state folder).
+    """
+
+    scorers: tuple[NonEmptyStr, ...] = Field(min_length=1)
+    sample: Annotated[float, Field(ge=0, le=1)] = 1.0
+    max_concurrent: PositiveInt = 1
+    max_queue_length: Annotated[StrictInt, Field(ge=0)] = 100
+    store_payloads: Literal["none", "redacted", "full"] = "none"
+    store: Path | None = None
+
+    @field_validator("scorers")
+    @classmethod
+    def _scorers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from ..evaluation import resolve_scorer
+
+        for spec in value:
+            resolve_scorer(spec)  # a ValueError names what is missing
+        return value
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store(cls, value: Any, info: ValidationInfo) -> Path:
+        if not isinstance(value, str) or not value:
+            raise ValueError("must be a path")
+        return _resolve_path(value, info)
+
+
 class ServerConfig(_Frozen):
-    """The whole config: ``[server]`` and the declared ``[agents.<name>]`` profiles."""
+    """The whole config: ``[server]``, ``[evaluation]`` and the ``[agents.<name>]`` profiles."""
 
     server: ServerSection = Field(default_factory=ServerSection)
+    evaluation: EvaluationSection | None = None
     agents: dict[AgentName, AgentProfile] = Field(default_factory=dict)
 
     _source: str = PrivateAttr(default="<config>")

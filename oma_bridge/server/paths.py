@@ -11,6 +11,7 @@ __all__ = [
     "SOCKET_NAME",
     "default_runtime_dir",
     "default_socket_path",
+    "default_state_dir",
 ]
 
 SOCKET_NAME = "bridge.sock"
@@ -30,3 +31,9 @@ def default_runtime_dir() -> Path:
 def default_socket_path() -> Path:
     """The socket path that ``socket = "auto"`` stands for."""
     return default_runtime_dir() / SOCKET_NAME
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/oma-bridge``, else ``~/.local/state/oma-bridge``."""
+    state = os.environ.get("XDG_STATE_HOME")
+    return (Path(state) if state else Path.home() / ".local" / "state") / "oma-bridge"
