@@ -33,6 +33,9 @@ from pathlib import Path
 TAG_VARIABLE = "OMA_BRIDGE_SUPERVISOR_TAG"
 STATE_SUFFIX = ".state"
 _STATE_MAGIC = "oma-bridge-supervisor 1"
+# How long to let registrations gather between two reads (also the most a
+# daemon's death can wait before we notice it).
+_BATCH_S = 0.05
 # A state file is compacted past this many lines (or four lines per live group).
 _COMPACT_LINES = 4096
 
@@ -201,6 +204,9 @@ def main(argv: list[str]) -> None:
                     state.append(f"+{pgid} {started}\n", groups)
             elif groups.pop(pgid, None) is not None and state:
                 state.append(f"-{pgid}\n", groups)
+        # Let registrations pile up in the pipe for a moment: one wake-up per
+        # batch rather than per run keeps us off a busy daemon's CPUs.
+        time.sleep(_BATCH_S)
     reap_everything(owner, groups.items())
     if state:
         state.remove()

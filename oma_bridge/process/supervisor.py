@@ -106,6 +106,7 @@ class _Watchdog:
         self._process: subprocess.Popen[bytes] | None = None
         self._fd = -1
         self._live: set[int] = set()
+        self._pending = b""
 
     @property
     def pid(self) -> int | None:
@@ -128,6 +129,7 @@ class _Watchdog:
         assert self._process.stdin is not None
         self._fd = self._process.stdin.fileno()
         os.set_blocking(self._fd, False)
+        self._pending = b""
         self._send(b"".join(b"+%d\n" % pgid for pgid in self._live))
 
     def register(self, pgid: int) -> None:
@@ -135,11 +137,15 @@ class _Watchdog:
         if self._process is None:
             self._start()  # registers every live group, this one included
         else:
-            self._send(b"+%d\n" % pgid)
+            lines, self._pending = self._pending + b"+%d\n" % pgid, b""
+            self._send(lines)
 
     def unregister(self, pgid: int) -> None:
+        # Sent with the next registration: one wake-up of the watchdog per run,
+        # not two.  A stale entry is harmless: the watchdog checks the group
+        # leader's start time before it kills anything.
         self._live.discard(pgid)
-        self._send(b"-%d\n" % pgid)
+        self._pending += b"-%d\n" % pgid
 
     def _send(self, lines: bytes) -> None:
         if not lines or self._process is None:

@@ -187,9 +187,15 @@ async def test_a_dead_watchdog_is_replaced_and_still_guards() -> None:
         assert old is not None
         os.kill(old, signal.SIGKILL)
         assert wait_gone([old], within=2.0)
-        await first.stop(0.5)  # unregistering notices the broken pipe
-        assert supervisor.watchdog_pid not in (None, old)
-        assert psutil.pid_exists(supervisor.watchdog_pid or 0)
+        second = await supervisor.spawn(["sleep", "30"], stdin=False)  # notices the EPIPE
+        new = supervisor.watchdog_pid
+        assert new not in (None, old)
+        assert psutil.pid_exists(new or 0)
+        # Both groups are registered with the new watchdog: its EOF ends them.
+        supervisor.close()
+        assert wait_gone([first.pid, second.pid, new or 0], within=3.0)
+        await first.stop(0.5)
+        await second.stop(0.5)
     finally:
         supervisor.close()
 
