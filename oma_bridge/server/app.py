@@ -66,6 +66,10 @@ class RunningServer:
         """Ask for a clean shutdown; :func:`serve` returns once it is done."""
         self._stopping.set()
 
+    async def wait_stopping(self) -> None:
+        """Return once shutdown has begun (a :meth:`stop` or a signal)."""
+        await self._stopping.wait()
+
     @property
     def connections(self) -> int:
         """Connections currently counted against ``max_connections``."""

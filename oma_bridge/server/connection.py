@@ -63,6 +63,15 @@ class Gateway:
         self.sessions: set[Session] = set()
         self._ids = itertools.count(1)
 
+    def reload(self, config: ServerConfig) -> None:
+        """Serve ``config``'s profiles from now on (``initialize``, ``agents/list``).
+
+        Connections already open keep their settings; the daemon applies a
+        reload to every part in one step (:mod:`oma_bridge.server.daemon`).
+        """
+        self.config = config
+        self.agent_infos = agent_profile_infos(config.agents)
+
     def handler(self, listener: ListenerKind) -> Callable[[ServerConnection], Awaitable[None]]:
         """The websockets connection handler for one listener."""
 

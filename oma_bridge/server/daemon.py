@@ -1,16 +1,28 @@
 """The whole daemon: listeners (:func:`~oma_bridge.server.app.serve`) plus the agent service.
 
-:func:`run_daemon` is what ``oma-bridge serve`` runs.  Start-up reaps the
-process groups an earlier daemon left behind (its state file) before it
-spawns anything; shutdown closes the listeners and connections first (their
-runs are cancelled), then every agent (their process trees end), within
-``stop_grace_s`` plus a little.
+:func:`run_daemon` is what ``oma-bridge serve`` runs.  Its lifecycle:
+
+* **Start.** Reap the process groups an earlier daemon left behind (its
+  state file) before anything is spawned; bind the listeners; once the
+  discovery file is written, tell systemd ``READY=1`` (:mod:`.sdnotify`) and
+  start feeding its watchdog from the event loop.
+* **SIGHUP** (with ``handle_signals``): :class:`LiveConfig` reloads the
+  profiles from the same source (``load_config(config_path)``).  Agents
+  already open keep the profile they were opened with; ``initialize`` and
+  ``agents/list`` show the new profiles at once; ``[server]`` (listeners,
+  limits) and the other sections keep their start-up values until a
+  restart.  A broken config is one log line and changes nothing.
+* **Stop** (``RunningServer.stop()``, SIGTERM or SIGINT with
+  ``handle_signals``): ``STOPPING=1``; the listeners and connections close
+  first (their runs are cancelled), then every agent (their process trees
+  end), within ``stop_grace_s`` plus a little.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +33,11 @@ from ..orchestrator import OpenMultiAgent
 from ..process.supervisor import configure_supervisor, reap_leftovers
 from .agent_service import AgentService
 from .app import RunningServer, serve
-from .config import ServerConfig
+from .config import ConfigError, ServerConfig, load_config
+from .connection import Gateway
+from .sdnotify import Notifier
 
-__all__ = ["default_state_dir", "run_daemon"]
+__all__ = ["LiveConfig", "default_state_dir", "run_daemon"]
 
 logger = logging.getLogger("oma_bridge.server")
 
@@ -34,28 +48,154 @@ def default_state_dir() -> Path:
     return Path(base) / "oma-bridge"
 
 
-class _Started:
-    """Forwards readiness to the caller and hands the running server to the service."""
+class LiveConfig:
+    """The daemon's current config: the one place a reload changes it.
 
-    def __init__(self, service: AgentService, outer: anyio.abc.TaskStatus[RunningServer]) -> None:
+    It hands every new config, in one step with no await in between, to the
+    parts that read it: the :class:`~.connection.Gateway` (``initialize``,
+    ``agents/list``) and the :class:`~.agent_service.AgentService`
+    (``agent/open``, ``oma/runAgent``).
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        service: AgentService,
+        *,
+        config_path: Path | str | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.current = config
+        self.config_path = config_path
         self.service = service
+        self.notifier = notifier or Notifier()
+        self.gateway: Gateway | None = None
+
+    def attach(self, gateway: Gateway) -> None:
+        """The gateway of the started server (reloads before it are not accepted)."""
+        self.gateway = gateway
+        gateway.reload(self.current)
+
+    def reload(self) -> bool:
+        """Load the config again from its source and apply its profiles; ``False`` if broken."""
+        self.notifier.reloading()
+        try:
+            loaded = load_config(self.config_path)
+        except ConfigError as error:
+            logger.error("config reload failed; keeping the current config: %s", error)
+            self.notifier.ready("config reload failed; serving the previous config")
+            return False
+        self._apply(loaded)
+        return True
+
+    def _apply(self, loaded: ServerConfig) -> None:
+        current = self.current
+        # Only the profiles change live: listeners, limits and the other
+        # sections were set up at start and stay until a restart.
+        kept = {name: getattr(current, name) for name in type(current).model_fields}
+        del kept["agents"]
+        changed = sorted(name for name, value in kept.items() if getattr(loaded, name) != value)
+        applied = loaded.model_copy(update=kept)
+        self.current = applied
+        if self.gateway is not None:
+            self.gateway.reload(applied)
+        self.service.reload(applied)
+        added = sorted(applied.agents.keys() - current.agents.keys())
+        removed = sorted(current.agents.keys() - applied.agents.keys())
+        logger.info(
+            "config reloaded from %s: %d agent profiles (added: %s; removed: %s)",
+            applied.source,
+            len(applied.agents),
+            ", ".join(added) or "none",
+            ", ".join(removed) or "none",
+        )
+        if changed:
+            logger.warning(
+                "config reload: changes to [%s] take effect at the next start",
+                "], [".join(changed),
+            )
+        self.notifier.ready(_status(applied))
+
+    async def reload_on_sighup(
+        self,
+        ready: anyio.Event,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Reload at every SIGHUP until cancelled.
+
+        The handler is installed before readiness (SIGHUP's default action
+        would end the daemon); a SIGHUP during start-up is applied once ready.
+        """
+        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            task_status.started()
+            async for _ in signals:
+                await ready.wait()
+                logger.info("received SIGHUP; reloading the config")
+                self.reload()
+
+
+def _status(config: ServerConfig) -> str:
+    server = config.server
+    where = [str(server.socket)] if server.socket is not None else []
+    if server.tcp is not None:
+        where.append(f"{server.tcp.host}:{server.tcp.port}")
+    return f"serving {len(config.agents)} agent profiles on {' and '.join(where)}"
+
+
+class _Lifecycle:
+    """What happens once the server is up: readiness, watchdog, and the stop notice."""
+
+    def __init__(
+        self,
+        live: LiveConfig,
+        task_group: anyio.abc.TaskGroup,
+        outer: anyio.abc.TaskStatus[RunningServer],
+    ) -> None:
+        self.live = live
+        self.task_group = task_group
         self.outer = outer
+        self.ready = anyio.Event()
+        self.stop_announced = False
 
     def started(self, value: RunningServer | None = None) -> None:
         assert value is not None
-        self.service.connections = lambda: value.connections
+        self.live.service.connections = lambda: value.connections
+        self.live.attach(value.gateway)
+        notifier = self.live.notifier
+        notifier.ready(_status(self.live.current))
+        self.task_group.start_soon(notifier.feed_watchdog)
+        self.task_group.start_soon(self._announce_stop, value)
+        self.ready.set()
         self.outer.started(value)
+
+    async def _announce_stop(self, running: RunningServer) -> None:
+        await running.wait_stopping()
+        self.announce_stop()
+
+    def announce_stop(self) -> None:
+        if not self.stop_announced:
+            self.stop_announced = True
+            self.live.notifier.stopping()
 
 
 async def run_daemon(
     config: ServerConfig,
     *,
+    config_path: Path | str | None = None,
     state_dir: Path | None = None,
     handle_signals: bool = False,
     orchestrator: OpenMultiAgent | None = None,
+    notifier: Notifier | None = None,
     task_status: anyio.abc.TaskStatus[RunningServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until stopped (``RunningServer.stop()``, or SIGTERM with ``handle_signals``)."""
+    """Serve until stopped (``RunningServer.stop()``, or SIGTERM/SIGINT with ``handle_signals``).
+
+    ``config`` is what ``load_config(config_path)`` returned at start; with
+    ``handle_signals``, SIGHUP loads it again from ``config_path`` (see the
+    module docstring).  ``notifier`` defaults to systemd's, from the
+    environment (a no-op outside systemd).
+    """
     state_dir = state_dir or default_state_dir()
     reaped = reap_leftovers(state_dir)
     if reaped:
@@ -67,9 +207,13 @@ async def run_daemon(
         # tests running several daemons): keep the supervisor they used.
         logger.debug("process supervisor already configured; keeping it")
     service = AgentService(config, orchestrator=orchestrator)
-    started: Any = _Started(service, task_status)
+    live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
     async with anyio.create_task_group() as tg:
+        lifecycle = _Lifecycle(live, tg, task_status)
+        started: Any = lifecycle
         tg.start_soon(service.reap_idle)
+        if handle_signals:
+            await tg.start(live.reload_on_sighup, lifecycle.ready)
         try:
             await serve(
                 config,
@@ -78,6 +222,7 @@ async def run_daemon(
                 task_status=started,
             )
         finally:
+            lifecycle.announce_stop()
             with anyio.CancelScope(shield=True):
                 await service.aclose()
             tg.cancel_scope.cancel()

@@ -1,0 +1,142 @@
+"""A real daemon *subprocess* for the lifecycle tests, and what they check about it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import psutil
+
+AGENTS_DIR = Path(__file__).resolve().parent.parent / "agents"
+SCENARIO_AGENT = AGENTS_DIR / "acp_scenario_agent.py"
+
+# What `oma-bridge serve --config F` does, until the CLI is the entry point.
+DAEMON = """
+import logging
+import sys
+from functools import partial
+from pathlib import Path
+
+import anyio
+
+from oma_bridge.server.config import load_config
+from oma_bridge.server.daemon import run_daemon
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+path, state = sys.argv[1], Path(sys.argv[2])
+daemon = partial(run_daemon, load_config(path), config_path=path, state_dir=state)
+anyio.run(partial(daemon, handle_signals=True))
+"""
+
+
+def config_text(folder: Path, server: str = "", agents: str = "") -> str:
+    return f'[server]\nsocket = "{folder}/bridge.sock"\n{server}\n{agents}'
+
+
+@dataclass
+class DaemonProcess:
+    """A started daemon: its process, folder and log."""
+
+    process: anyio.abc.Process
+    folder: Path
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def discovery(self) -> Path:
+        return self.folder / "bridge.json"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def descendants(self) -> list[psutil.Process]:
+        return psutil.Process(self.pid).children(recursive=True)
+
+    def signal(self, signum: signal.Signals) -> None:
+        self.process.send_signal(signum)
+
+    async def wait_log(self, text: str, within: float = 10) -> None:
+        with anyio.fail_after(within):
+            while text not in self.log():  # noqa: ASYNC110 (a poll of another process's file)
+                await anyio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def daemon_process(
+    folder: Path, text: str, *, env: Mapping[str, str] | None = None
+) -> AsyncIterator[DaemonProcess]:
+    """Start a daemon on ``folder/bridge.toml`` = ``text``; ready once its discovery file exists.
+
+    At the end it is killed if it still runs, and so is every process it left.
+    """
+    config = folder / "bridge.toml"
+    config.write_text(text)
+    log_path = folder / "daemon.log"
+    with log_path.open("wb") as log:
+        process = await anyio.open_process(
+            [sys.executable, "-c", DAEMON, str(config), str(folder / "state")],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, **(env or {})},
+        )
+    daemon = DaemonProcess(process, folder, log_path)
+    seen: list[psutil.Process] = []
+    try:
+        with anyio.fail_after(20):
+            while not daemon.discovery.exists():
+                if process.returncode is not None:
+                    raise AssertionError(f"the daemon exited at start:\n{daemon.log()}")
+                await anyio.sleep(0.02)
+        yield daemon
+    finally:
+        with contextlib.suppress(psutil.Error):
+            seen = daemon.descendants()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        for leftover in seen:
+            with contextlib.suppress(psutil.Error):
+                leftover.kill()
+        await process.aclose()
+
+
+def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """The ones still running (a zombie counts as gone; start times guard against pid reuse)."""
+    living = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                living.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return living
+
+
+async def wait_all_gone(processes: list[psutil.Process], within: float) -> list[psutil.Process]:
+    """Wait up to ``within`` seconds for every process to end; returns the survivors."""
+    deadline = time.monotonic() + within
+    while alive(processes) and time.monotonic() < deadline:  # noqa: ASYNC110 (a poll)
+        await anyio.sleep(0.05)
+    return alive(processes)
+
+
+def describe(processes: list[psutil.Process]) -> list[Any]:
+    described = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            described.append((process.pid, process.cmdline()))
+    return described
