@@ -91,19 +91,15 @@ class LiveDaemon:
         self._thread.join(20)
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def connect(self) -> ClientConnection:
-        ws = unix_connect(str(self.socket), "ws://localhost/", max_size=None, open_timeout=10)
-        send(
-            ws,
-            {
-                "jsonrpc": "2.0",
-                "id": "init",
-                "method": "initialize",
-                "params": {"protocolVersion": 1, "clientInfo": {"name": "fuzz", "version": "0"}},
-            },
-        )
-        assert answer_to(ws, "init")["result"]["protocolVersion"] == 1
-        return ws
+    @contextmanager
+    def connect(self) -> Iterator[ClientConnection]:
+        with unix_connect(
+            str(self.socket), "ws://localhost/", max_size=None, open_timeout=10
+        ) as ws:
+            init = {"protocolVersion": 1, "clientInfo": {"name": "fuzz", "version": "0"}}
+            send(ws, {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": init})
+            assert answer_to(ws, "init")["result"]["protocolVersion"] == 1
+            yield ws
 
 
 def send(ws: ClientConnection, message: Any) -> None:
