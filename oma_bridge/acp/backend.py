@@ -413,9 +413,24 @@ class AcpBackend:
 
     @contextlib.asynccontextmanager
     async def _serving(self, live: _Live) -> AsyncIterator[None]:
-        """Read the agent's stdout for the duration of the block (stderr drains by itself)."""
-        async with live.peer.pumping():
-            yield
+        """Read the agent's stdout for the duration of the block (stderr drains by itself).
+
+        Requests of the agent still held when the block ends (a turn that
+        ended without awaiting them) are answered at once, so the agent
+        never waits on a client that stopped listening.  On cancellation the
+        cancel protocol answers them, after ``session/cancel``.
+        """
+        cancelled = False
+        try:
+            async with live.peer.pumping():
+                yield
+        except anyio.get_cancelled_exc_class():
+            cancelled = True
+            raise
+        finally:
+            if not cancelled and live.peer.pending_requests() and not live.peer.closed.is_set():
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    await live.peer.answer_pending(self._cancelled_answer(live.peer))
 
     def _make_peer(self, process: AgentProcess) -> Peer:
         return Peer(

@@ -288,3 +288,19 @@ async def test_cancel_during_start_up_ends_the_agent_and_next_run_starts_afresh(
         assert outcome.output == "ok from slowinit"
     finally:
         await backend.aclose()
+
+
+async def test_requests_left_held_by_a_finished_turn_are_answered(tmp_path: Path) -> None:
+    async def never(request: Any) -> str | None:
+        await anyio.sleep_forever()
+        return None
+
+    backend = AcpBackend(fault_config(tmp_path, "acp_fault_agent.py", "orphan"), agent_name="f")
+    try:
+        with anyio.fail_after(10):
+            first, _ = await run_text(backend, "go", permission_handler=never)
+            assert first.output == "asked"
+            second, _ = await run_text(backend, "go")
+        assert second.output == 'orphan answer: {"outcome": {"outcome": "cancelled"}}'
+    finally:
+        await backend.aclose()

@@ -12,6 +12,8 @@ Modes:
               (and removes it)
   withdraw    asks for permission, then withdraws the request with $/cancel_request
   legacymodel offers no config options; serves session/set_model
+  orphan      asks for permission and ends the turn without waiting for the answer;
+              the next turn reports the answer it got
 """
 
 from __future__ import annotations
@@ -100,6 +102,22 @@ def main() -> None:
                 time.sleep(0.05)
                 chunk(sid, "LATE")
                 continue
+            if MODE == "orphan":
+                if state["turns"] == 1:
+                    ask = {"sessionId": sid, "toolCall": {"toolCallId": "o1"}, "options": []}
+                    send(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": 700,
+                            "method": "session/request_permission",
+                            "params": ask,
+                        }
+                    )
+                    chunk(sid, "asked")
+                else:
+                    chunk(sid, f"orphan answer: {json.dumps(state.get('orphan'))}")
+                send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+                continue
             if MODE == "legacymodel":
                 chunk(sid, f"model={state['model']}")
                 send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
@@ -147,6 +165,8 @@ def main() -> None:
                 time.sleep(600)
             chunk(sid, f"ok from {MODE}")
             send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+        elif method is None and request_id == 700:
+            state["orphan"] = message.get("result")
         elif request_id is not None:
             send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "nope"}})
     if MODE == "immortal":
