@@ -20,7 +20,7 @@ from ..errors import ProviderError
 from ..messages import LLMMessage, validate_messages
 from ..results import TokenUsage
 from .http import ProviderHTTP, error_text
-from .sse import SSEEvent, aiter_sse, parse_json_data
+from .sse import SSEEvent, aiter_sse, malformed_event
 from .types import (
     ChatRequest,
     ChatResponse,
@@ -183,11 +183,15 @@ class _StreamDecoder:
         text: list[str] = []
         try:
             for event in events:
-                data = parse_json_data(event, PROVIDER)
-                # The hot path: one text token.
-                if type(data) is dict and data.get("type") == "content_block_delta":
-                    delta = data.get("delta")
-                    if type(delta) is dict and delta.get("type") == "text_delta":
+                try:
+                    data = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    raise malformed_event(event, PROVIDER) from None
+                # The hot path, once per token (a data of another shape raises
+                # a _SHAPE_ERRORS, reported as such).
+                if data.get("type") == "content_block_delta":
+                    delta = data["delta"]
+                    if delta.get("type") == "text_delta":
                         text.append(delta["text"])
                         continue
                 self.turn.flush_text(text, out)

@@ -21,8 +21,10 @@ Both HTTP adapters (Anthropic, OpenAI-compatible) go through
 from __future__ import annotations
 
 import email.utils
+import functools
 import logging
 import os
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -91,6 +93,16 @@ class RetryPolicy:
         return min(backoff, self.max_delay_s)
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context for every provider client of the process.
+
+    Loading the CA bundle costs ~20 ms; built per client, it would be paid
+    by the first run of every agent.  An ``SSLContext`` is safe to share.
+    """
+    return httpx.create_ssl_context()
+
+
 def _retry_after(headers: Mapping[str, str]) -> float | None:
     """``retry-after-ms`` (OpenAI, Anthropic) or ``retry-after`` (seconds or a date)."""
     raw_ms = headers.get("retry-after-ms")
@@ -135,7 +147,9 @@ class ProviderHTTP:
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.call_timeout_s))
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.call_timeout_s), verify=_tls_context()
+            )
         return self._client
 
     async def aclose(self) -> None:

@@ -33,7 +33,7 @@ from ..errors import ProviderError
 from ..messages import LLMMessage, validate_messages
 from ..results import TokenUsage
 from .http import ProviderHTTP, error_text
-from .sse import SSEEvent, aiter_sse, parse_json_data
+from .sse import SSEEvent, aiter_sse, malformed_event
 from .types import (
     ChatRequest,
     ChatResponse,
@@ -248,17 +248,25 @@ class _StreamDecoder:
                 if event.data == _DONE:
                     self.done = True
                     break
-                data = parse_json_data(event, PROVIDER)
-                # The hot path: a chunk of one choice whose delta is just a piece of text.
-                choices = data.get("choices") if type(data) is dict else None
-                if choices and len(choices) == 1 and not data.get("usage"):
+                try:
+                    data = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    raise malformed_event(event, PROVIDER) from None
+                # The hot path, once per token: one choice whose delta is just
+                # a piece of text (a data of another shape raises a _SHAPE_ERRORS).
+                choices = data.get("choices")
+                if choices and len(choices) == 1:
                     choice = choices[0]
                     delta = choice.get("delta")
-                    if type(delta) is dict and len(delta) == 1 and not choice.get("finish_reason"):
-                        piece = delta.get("content")
-                        if type(piece) is str:
-                            text.append(piece)
-                            continue
+                    if (
+                        type(delta) is dict
+                        and len(delta) == 1
+                        and type(piece := delta.get("content")) is str
+                        and not choice.get("finish_reason")
+                        and not data.get("usage")
+                    ):
+                        text.append(piece)
+                        continue
                 self.turn.flush_text(text, out)
                 out += self.handle(data, event)
         # A failure is raised after the text that came before it is shown.

@@ -13,7 +13,7 @@ from oma_bridge import Agent
 from oma_bridge.agent import AgentConfig
 from oma_bridge.errors import InvalidMessageError, ProviderError
 from oma_bridge.llm import ChatRequest, EchoAdapter, create_llm_backend
-from oma_bridge.llm.sse import SSEDecoder, SSEEvent, parse_json_data
+from oma_bridge.llm.sse import SSEDecoder, SSEEvent, malformed_event
 
 pytestmark = pytest.mark.anyio
 
@@ -177,10 +177,12 @@ def test_sse_decoder_matches_the_reference_rules(
     assert decode(*pieces) == reference_sse(stream)
 
 
-def test_malformed_json_data_is_a_provider_error() -> None:
-    with pytest.raises(ProviderError, match="malformed stream event") as caught:
-        parse_json_data(SSEEvent("message", b"{not json"), "openai")
-    assert caught.value.provider == "openai"
+def test_malformed_event_error_quotes_the_data_redacted() -> None:
+    error = malformed_event(SSEEvent("message", b'{"api_key": "sk-live-123456789"'), "openai")
+    assert isinstance(error, ProviderError)
+    assert error.provider == "openai"
+    assert "malformed stream event" in error.message
+    assert "sk-live-123456789" not in error.message
 
 
 # -- the fake provider itself catches what the real APIs refuse -------------------
