@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import anyio
@@ -13,9 +14,20 @@ from oma_bridge.acp import AcpBackend
 from oma_bridge.backend import PermissionRequest
 from oma_bridge.errors import BackendError, RunTimeoutError
 
-from .helpers import Recorder, alive, context, fault_config, group_alive, run_text, scenario_config
+from .helpers import (
+    AGENTS,
+    Recorder,
+    alive,
+    context,
+    fault_config,
+    group_alive,
+    run_text,
+    scenario_config,
+)
 
 pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def _cancel_when(backend: AcpBackend, text: str, recorder: Recorder, seen: str) -> None:
@@ -152,3 +164,32 @@ async def test_profile_timeout_cancels_the_turn(tmp_path: Path) -> None:
         assert outcome.output == "echo still here"
     finally:
         await backend.aclose()
+
+
+async def test_no_agent_process_survives_a_sigkilled_host(tmp_path: Path) -> None:
+    host = await anyio.open_process(
+        [
+            sys.executable,
+            "-m",
+            "tests.acp.host_process",
+            str(AGENTS / "acp_fault_agent.py"),
+            "immortal",
+        ],
+        cwd=str(REPO),
+    )
+    try:
+        assert host.stdout is not None
+        with anyio.fail_after(20):
+            line = (await host.stdout.receive()).decode()
+        pids = [int(p) for p in line.split()]
+        assert len(pids) == 2  # the agent and its grandchild in another session
+        assert all(alive(pid) for pid in pids)
+        host.kill()
+        await host.wait()
+        with anyio.fail_after(10):
+            while any(alive(pid) for pid in pids):  # noqa: ASYNC110 - foreign processes
+                await anyio.sleep(0.05)
+    finally:
+        if host.returncode is None:
+            host.kill()
+        await host.aclose()
