@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +37,6 @@ args = ["{SCENARIO_AGENT}"]
 env = {{ PYTHONUNBUFFERED = "1" }}
 cancel_grace_s = 1.0
 """
-
-
-@pytest.fixture
-def folder() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="oml-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 async def _first_text(
