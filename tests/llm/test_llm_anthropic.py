@@ -26,7 +26,10 @@ async def test_streams_token_deltas_and_sends_system_roles_and_images(
 
     outcome, events = await run_backend(backend, messages, system_prompt="Be brief.")
 
-    assert texts(events) == ["It is ", "a red ", "square."]
+    # Tokens 50 ms apart arrive in separate reads: shown as they come (a
+    # machine stalled past a gap may join two, so no exact split is asserted).
+    assert len(texts(events)) >= 2
+    assert "".join(texts(events)) == "It is a red square."
     assert outcome.output == "It is a red square."
     assert outcome.messages == [
         {"role": "assistant", "content": [{"type": "text", "text": "It is a red square."}]}

@@ -19,7 +19,7 @@ async def test_streams_deltas_with_usage_and_sends_data_url_images(
     openai_server: FakeProvider, api_key: str
 ) -> None:
     openai_server.reply(
-        sse_reply(encode_sse("openai", Turn(text=["A ", "cat."], usage=(21, 2))), gap=0.05)
+        sse_reply(encode_sse("openai", Turn(text=["A ", "cat."], usage=(21, 2))), gap=0.1)
     )
     backend = backend_for("openai", openai_server.base_url, max_tokens=64)
     history = [user("hi"), {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}]
@@ -28,7 +28,7 @@ async def test_streams_deltas_with_usage_and_sends_data_url_images(
         backend, [*history, user("What is this?", image("image/jpeg"))], system_prompt="Be kind."
     )
 
-    assert texts(events) == ["A ", "cat."]
+    assert texts(events) == ["A ", "cat."]  # 100 ms apart: separate reads, separate events
     assert outcome.output == "A cat."
     assert (outcome.token_usage.input_tokens, outcome.token_usage.output_tokens) == (21, 2)
     (request,) = openai_server.requests
