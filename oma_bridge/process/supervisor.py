@@ -316,11 +316,13 @@ class SupervisedProcess:
         """End the child and its whole tree, then release every resource.
 
         The sequence: when ``close_stdin_first``, stdin is closed and the
-        child gets up to ``grace_s`` to leave on its own; then SIGTERM to the
-        group and up to ``grace_s`` for the tree to exit; then SIGKILL to the
-        group and to every escapee, and up to :data:`KILL_WAIT_S` for them to
-        vanish.  A child that already exited only gets its group swept with
-        SIGKILL: the run is over, and whatever it left would hold our pipes.
+        child gets part of the grace (half, at most 1 s) to leave on its own;
+        then SIGTERM to the group and the rest of ``grace_s`` for the tree to
+        exit; then SIGKILL to the group and to every escapee, and up to
+        :data:`KILL_WAIT_S` for them to vanish.  So it returns within
+        ``grace_s`` + :data:`KILL_WAIT_S` (PROTOCOL §11.36).  A child that
+        already exited only gets its group swept with SIGKILL: the run is
+        over, and whatever it left would hold our pipes.
         """
         if self._released:
             return
@@ -328,8 +330,10 @@ class SupervisedProcess:
             was_running = running = self.returncode is None
             tree = self._snapshot_tree() if running else []
             if running and close_stdin_first and self.stdin is not None:
+                eof_grace = min(1.0, grace_s / 2)
+                grace_s -= eof_grace
                 await self.stdin.aclose()
-                running = not await self._wait_gone(grace_s, tree)
+                running = not await self._wait_gone(eof_grace, tree)
             if running:
                 self.signal_group(signal.SIGTERM)
                 running = not await self._wait_gone(grace_s, tree)
