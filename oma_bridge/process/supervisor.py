@@ -114,23 +114,33 @@ class _Watchdog:
 
     def _start(self) -> None:
         state_file = ""
-        if self._state_dir is not None:
-            self._state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            state_file = str(self._state_dir / f"{self._owner}{_watchdog.STATE_SUFFIX}")
-        if self._process is not None:
-            self._process.poll()  # reap a dead predecessor
-        # -I -S: no site-packages, no user paths; the watchdog needs only the stdlib.
-        self._process = subprocess.Popen(
-            [sys.executable, "-I", "-S", _watchdog.__file__, self._owner, state_file],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        assert self._process.stdin is not None
-        self._fd = self._process.stdin.fileno()
+        if self._process is not None:  # a dead predecessor: reap it, drop its pipe
+            self._process.poll()
+            with contextlib.suppress(OSError):
+                assert self._process.stdin is not None
+                self._process.stdin.close()
+            self._process = None
+        try:
+            if self._state_dir is not None:
+                self._state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                state_file = str(self._state_dir / f"{self._owner}{_watchdog.STATE_SUFFIX}")
+            # -I -S: no site-packages, no user paths; the watchdog needs only the stdlib.
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", _watchdog.__file__, self._owner, state_file],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError:
+            # Children still carry the tag, and the next spawn tries again.
+            logger.exception("could not start the supervisor watchdog")
+            return
+        assert process.stdin is not None
+        self._process = process
+        self._fd = process.stdin.fileno()
         os.set_blocking(self._fd, False)
         self._pending = b""
-        self._send(b"".join(b"+%d\n" % pgid for pgid in self._live))
+        self._send(b"".join(b"+%d\n" % pgid for pgid in self._live), restart=False)
 
     def register(self, pgid: int) -> None:
         self._live.add(pgid)
@@ -147,7 +157,7 @@ class _Watchdog:
         self._live.discard(pgid)
         self._pending += b"-%d\n" % pgid
 
-    def _send(self, lines: bytes) -> None:
+    def _send(self, lines: bytes, *, restart: bool = True) -> None:
         if not lines or self._process is None:
             return
         try:
@@ -157,7 +167,8 @@ class _Watchdog:
             logger.warning("supervisor watchdog is not reading; registration dropped")
         except OSError:
             logger.warning("supervisor watchdog died; starting a new one")
-            self._start()
+            if restart:
+                self._start()
 
     def close(self) -> None:
         """Stop the watchdog; it reaps whatever tagged process is left, then exits."""
