@@ -140,7 +140,9 @@ def _status(config: ServerConfig) -> str:
     where = [str(server.socket)] if server.socket is not None else []
     if server.tcp is not None:
         where.append(f"{server.tcp.host}:{server.tcp.port}")
-    return f"serving {len(config.agents)} agent profiles on {' and '.join(where)}"
+    count = len(config.agents)
+    profiles = "1 agent profile" if count == 1 else f"{count} agent profiles"
+    return f"serving {profiles} on {' and '.join(where)}"
 
 
 class _Lifecycle:
