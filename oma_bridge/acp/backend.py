@@ -40,7 +40,7 @@ import anyio.lowlevel
 from pydantic import ValidationError
 
 from .._version import __version__
-from ..backend import BackendOutcome, PermissionRequest, RunContext
+from ..backend import BackendKind, BackendOutcome, PermissionRequest, RunContext
 from ..errors import AuthRequiredError, BackendError, OMAError, RunTimeoutError, WireError
 from ..jsonrpc import (
     METHOD_NOT_FOUND,
@@ -88,7 +88,7 @@ class AcpBackend:
     """The live ACP backend of one agent (see the module docstring)."""
 
     external = True
-    kind = "acp"
+    kind: BackendKind = "acp"
 
     def __init__(self, config: AcpConfig, *, agent_name: str | None = None) -> None:
         self.config = config
