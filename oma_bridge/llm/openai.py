@@ -112,7 +112,9 @@ def _assistant(message: LLMMessage) -> dict[str, Any]:
     parts = [p for p in (_part(b) for b in blocks if b["type"] != "tool_use") if p is not None]
     content: Any
     if all(p["type"] == "text" for p in parts):
-        content = "".join(p["text"] for p in parts) if parts else None
+        # No text: null beside tool_calls (as OpenAI answers), else "" (null
+        # alone is refused; a turn of this provider's reasoning only gets here).
+        content = "".join(p["text"] for p in parts) if parts else (None if calls else "")
     else:
         content = parts
     out: dict[str, Any] = {"role": "assistant", "content": content}

@@ -177,3 +177,42 @@ async def test_adapter_guards_messages(openai_server: FakeProvider, api_key: str
     with pytest.raises(InvalidMessageError):
         await adapter.stream(bad).__anext__()
     assert openai_server.requests == []
+
+
+async def test_assistant_turn_of_own_reasoning_only_is_sent_as_empty_text(
+    openai_server: FakeProvider, api_key: str
+) -> None:
+    openai_server.turn(Turn(text=["ok"]))
+    own = {"type": "reasoning", "text": "hmm", "provenance": "openai"}
+    messages = [user("a"), {"role": "assistant", "content": [own]}, user("b")]
+    await run_backend(backend_for("openai", openai_server.base_url), messages)  # type: ignore[arg-type]
+    assert openai_server.bodies[0]["messages"][1] == {"role": "assistant", "content": ""}
+
+
+def test_factory_defaults() -> None:
+    from oma_bridge.agent import AgentConfig
+    from oma_bridge.llm import AnthropicAdapter, EchoAdapter, OpenAIAdapter, create_llm_backend
+
+    default = create_llm_backend(AgentConfig(name="d", model="claude"))
+    assert isinstance(default.adapter, AnthropicAdapter)  # provider unset: anthropic, as in OMA
+    assert default.adapter.url == "https://api.anthropic.com/v1/messages"
+    assert default.adapter.http.key.env_var == "ANTHROPIC_API_KEY"
+    openai = create_llm_backend(AgentConfig(name="o", provider="openai", model="gpt"))
+    assert isinstance(openai.adapter, OpenAIAdapter)
+    assert openai.adapter.url == "https://api.openai.com/v1/chat/completions"
+    assert (openai.adapter.http.key.env_var, openai.adapter.http.key.required) == (
+        "OPENAI_API_KEY",
+        True,
+    )
+    ollama = create_llm_backend(
+        AgentConfig(
+            name="l", provider="openai", model="llama3", base_url="http://localhost:11434/v1/"
+        )
+    )
+    assert isinstance(ollama.adapter, OpenAIAdapter)
+    assert ollama.adapter.url == "http://localhost:11434/v1/chat/completions"
+    assert ollama.adapter.http.key.required is False
+    assert isinstance(
+        create_llm_backend(AgentConfig(name="e", provider="echo")).adapter, EchoAdapter
+    )
+    assert (openai.external, openai.kind) == (False, "llm")
