@@ -496,7 +496,11 @@ class AcpBackend:
         }
         request = PermissionRequest(self.label, ctx.run_id, tool_call, options)
         try:
-            choice = await ctx.permission_handler(request)
+            with anyio.move_on_after(self.config.permission_timeout_s) as waited:
+                choice = await ctx.permission_handler(request)
+            if waited.cancelled_caught:
+                logger.info("ACP agent %s: permission request timed out", self.label)
+                return selected(least)
         except Exception:
             logger.exception("ACP agent %s: permission handler failed", self.label)
             return selected(least)

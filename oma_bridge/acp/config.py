@@ -41,6 +41,9 @@ class AcpConfig(BaseModel):
     #: ACP ``McpServer`` objects passed to ``session/new`` as they are.
     mcp_servers: tuple[dict[str, Any], ...] = ()
     cancel_grace_s: float = Field(default=10.0, ge=0)
+    #: A ``permission = "client"`` request unanswered this long gets the
+    #: least-privilege reject option (PROTOCOL.md §11.12); ``None``: no limit.
+    permission_timeout_s: float | None = Field(default=None, gt=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
     timeout_s: float | None = Field(default=None, gt=0)
     #: Ceiling of one stdout line (one JSON-RPC message).

@@ -304,3 +304,13 @@ async def test_requests_left_held_by_a_finished_turn_are_answered(tmp_path: Path
         assert second.output == 'orphan answer: {"outcome": {"outcome": "cancelled"}}'
     finally:
         await backend.aclose()
+
+
+async def test_unanswered_permission_times_out_to_least_privilege_reject(tmp_path: Path) -> None:
+    async def slow(request: PermissionRequest) -> str | None:
+        await anyio.sleep_forever()
+        return "ao"
+
+    config = scenario_config(tmp_path, permission_timeout_s=0.3)
+    outcome, _ = await _one(config, "tools", permission_handler=slow)
+    assert outcome.output == "permission:ro"
