@@ -264,7 +264,10 @@ class Supervisor:
         self._watchdog.unregister(pgid)
 
     def close(self) -> None:
-        """Stop the watchdog (at shutdown, after every child was stopped)."""
+        """Stop the watchdog (at shutdown, after every child was stopped).
+
+        Blocks until the watchdog is gone: some tens of milliseconds.
+        """
         self._watchdog.close()
 
 
@@ -432,17 +435,19 @@ def default_supervisor() -> Supervisor:
 def configure_supervisor(
     *, state_dir: Path | None = None, hidden_variables: Iterable[str] = ()
 ) -> Supervisor:
-    """Install the process-wide supervisor (the daemon does this once, at start).
+    """Install a new process-wide supervisor (the daemon does this once, at start).
 
-    Call :func:`reap_leftovers` on the same ``state_dir`` first.  Raises
-    ``RuntimeError`` if the default supervisor already has children.
+    Call :func:`reap_leftovers` on the same ``state_dir`` first.  Children of
+    the previous default supervisor, if any, stay under its watchdog until
+    they are stopped; without children it is closed at once.
     """
     global _default
+    supervisor = Supervisor(state_dir=state_dir, hidden_variables=hidden_variables)
     with _default_lock:
-        if _default is not None and _default.watchdog_pid is not None:
-            raise RuntimeError("the default supervisor already started children")
-        _default = Supervisor(state_dir=state_dir, hidden_variables=hidden_variables)
-        return _default
+        previous, _default = _default, supervisor
+    if previous is not None and not previous.live():
+        previous.close()
+    return supervisor
 
 
 def reap_leftovers(state_dir: Path) -> int:

@@ -15,7 +15,12 @@ import orjson
 import psutil
 import pytest
 
-from oma_bridge.process import Supervisor, reap_leftovers
+from oma_bridge.process import (
+    Supervisor,
+    configure_supervisor,
+    default_supervisor,
+    reap_leftovers,
+)
 from oma_bridge.process._watchdog import start_time
 
 from .conftest import AGENTS, kill_all, wait_gone
@@ -233,3 +238,23 @@ def test_the_state_file_stays_small_under_steady_traffic(tmp_path: Path) -> None
         kill_all([sleeper.pid, sentinel.pid, watchdog.pid])
         for process in (sleeper, sentinel, watchdog):
             process.wait()
+
+
+def test_configure_supervisor_installs_the_daemons_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOME_PROVIDER_KEY", "sk-secret")
+    configured = configure_supervisor(state_dir=tmp_path, hidden_variables={"SOME_PROVIDER_KEY"})
+
+    async def one_child() -> None:
+        process = await configured.spawn(["sleep", "30"], stdin=False)
+        _registered(tmp_path, process.pid)
+        await process.stop(0.5)
+
+    try:
+        assert default_supervisor() is configured
+        assert "SOME_PROVIDER_KEY" not in configured.child_environment()
+        anyio.run(one_child)
+    finally:
+        configure_supervisor()  # a plain default again, for the tests that follow
+    assert list(tmp_path.glob("*.state")) == []  # closed: it had no child left
