@@ -589,7 +589,10 @@ class Peer:
             event = self.core.receive(item)
         kind = event.kind
         if kind == "notification":
-            await self._on_notification(event.method or "", event.params)
+            try:
+                await self._on_notification(event.method or "", event.params)
+            except Exception:  # one bad notification must not end the connection
+                logger.exception("notification handler of %s failed", event.method)
         elif kind in ("result", "error"):
             waiter = self._waiters.pop(id_key(event.id), None)
             if waiter is not None:

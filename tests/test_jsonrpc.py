@@ -278,3 +278,21 @@ async def test_garbage_gets_answers_and_reader_continues() -> None:
         await send_a(b'{"jsonrpc":"2.0","id":1,"method":"x"}')
         assert orjson.loads(await recv_a())["error"]["code"] == -32601
     assert invalid == ["invalid", "invalid"]
+
+
+@pytest.mark.anyio
+async def test_a_failing_notification_handler_does_not_end_the_connection() -> None:
+    send_a, recv_a, send_b, recv_b = Pipe().ends()
+
+    async def bad(method: str, params: Any) -> None:
+        raise RuntimeError("handler bug")
+
+    async def serve(method: str, params: Any) -> Any:
+        return "still here"
+
+    async with (
+        Peer(send_a, recv_a) as client,
+        Peer(send_b, recv_b, on_request=serve, on_notification=bad),
+    ):
+        await client.notify("boom")
+        assert await client.request("ping") == "still here"

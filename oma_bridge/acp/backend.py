@@ -188,6 +188,8 @@ class AcpBackend:
             failure = exc  # the prompt could not even be written
         if failure is not None:
             raise await self._turn_failed(live, failure)
+        if turn.emit_error is not None:
+            raise turn.emit_error  # the consumer failed; the agent and its session are fine
         return self._outcome(turn, answer)
 
     def _outcome(self, turn: Turn, answer: Any) -> BackendOutcome:

@@ -81,6 +81,8 @@ class Turn:
     output_parts: list[str] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     last_used: int | None = None
+    #: The first error the stream consumer raised; the turn's events stop there.
+    emit_error: Exception | None = None
     _calls: dict[str, _Call] = field(default_factory=dict)
 
     @property
@@ -88,6 +90,15 @@ class Turn:
         return "".join(self.output_parts)
 
     async def on_update(self, update: dict[str, Any]) -> None:
+        """Map one update; an error of the consumer is kept, never raised to the reader."""
+        if self.emit_error is not None:
+            return
+        try:
+            await self._on_update(update)
+        except Exception as exc:
+            self.emit_error = exc
+
+    async def _on_update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
         if not self.prompting:
             # Before the prompt is sent, message and tool updates are a

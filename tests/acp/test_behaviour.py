@@ -12,7 +12,7 @@ from oma_bridge.acp import AcpBackend, AcpConfig
 from oma_bridge.backend import PermissionRequest
 from oma_bridge.errors import AuthRequiredError, BackendError
 
-from .helpers import fault_config, run_text, scenario_config
+from .helpers import Recorder, context, fault_config, run_text, scenario_config
 
 pytestmark = pytest.mark.anyio
 
@@ -314,3 +314,21 @@ async def test_unanswered_permission_times_out_to_least_privilege_reject(tmp_pat
     config = scenario_config(tmp_path, permission_timeout_s=0.3)
     outcome, _ = await _one(config, "tools", permission_handler=slow)
     assert outcome.output == "permission:ro"
+
+
+async def test_a_failing_stream_consumer_fails_the_run_not_the_agent(tmp_path: Path) -> None:
+    backend = AcpBackend(scenario_config(tmp_path), agent_name="coder")
+    try:
+        ctx = context("chunks 5", Recorder())
+
+        async def broken(event: Any) -> None:
+            raise RuntimeError("consumer broke")
+
+        ctx.emit = broken
+        with pytest.raises(RuntimeError, match="consumer broke"):
+            await backend.run(ctx)
+        pid = backend.pid
+        outcome, _ = await run_text(backend, "echo fine")
+        assert outcome.output == "echo fine" and backend.pid == pid
+    finally:
+        await backend.aclose()
