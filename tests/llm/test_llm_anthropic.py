@@ -8,7 +8,7 @@ import pytest
 from fake_llm_provider import FakeProvider, ToolCall, Turn, encode_sse, sse_reply
 from llm_helpers import PNG_B64, backend_for, image, run_backend, texts, user
 
-from oma_bridge.errors import InvalidMessageError
+from oma_bridge.errors import InvalidMessageError, ProviderError
 from oma_bridge.llm import ChatRequest, TextDelta, ToolSpec, TurnEnd
 from oma_bridge.tools import ToolDefinition
 
@@ -184,3 +184,50 @@ async def test_adapter_stream_yields_deltas_then_turn_end(
     assert deltas[:2] == [TextDelta("a"), TextDelta("b")]
     assert isinstance(deltas[2], TurnEnd)
     assert deltas[2].response.text == "ab"
+
+
+async def test_blocks_from_other_providers_and_tool_result_parts(
+    anthropic_server: FakeProvider, api_key: str
+) -> None:
+    anthropic_server.turn(Turn(text=["ok"]))
+    call = {"type": "tool_use", "id": "t1", "name": "look", "input": {}, "signature": "gemini"}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": [{"type": "text", "text": "a picture"}, image()],
+        "is_error": False,
+    }
+    foreign = {"type": "reasoning", "text": "I think", "provenance": "openai"}
+    redacted = {
+        "type": "reasoning",
+        "text": "",
+        "redactedData": "opaque",
+        "provenance": "anthropic",
+    }
+    messages = [
+        user("look"),
+        {"role": "assistant", "content": [foreign, redacted, call]},
+        user(result),
+    ]
+    await run_backend(backend_for("anthropic", anthropic_server.base_url), messages)  # type: ignore[arg-type]
+    sent = anthropic_server.bodies[0]["messages"]
+    assert sent[1]["content"] == [
+        {"type": "text", "text": "<thinking>I think</thinking>"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        {"type": "tool_use", "id": "t1", "name": "look", "input": {}},
+    ]
+    assert sent[2]["content"] == [result]
+
+
+async def test_unknown_block_is_sent_as_given_and_the_refusal_is_the_error(
+    anthropic_server: FakeProvider, api_key: str
+) -> None:
+    video = {
+        "type": "video",
+        "source": {"type": "base64", "media_type": "video/mp4", "data": "AA=="},
+    }
+    backend = backend_for("anthropic", anthropic_server.base_url)
+    with pytest.raises(ProviderError, match=r"HTTP 400: .*unknown block type 'video'"):
+        await run_backend(backend, [user("watch", video)])
+    assert anthropic_server.bodies[0]["messages"][0]["content"][1] == video
+    anthropic_server.violations.clear()  # the refusal was the point
