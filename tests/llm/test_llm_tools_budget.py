@@ -183,3 +183,29 @@ async def test_a_blocking_tool_does_not_hold_up_the_whole_run_timeout(
         release.set()
     assert result.status.code == "timeout"
     assert result.output == "calling "
+
+
+async def test_prompt_carries_the_conversation_to_the_next_request(
+    anthropic_server: FakeProvider, api_key: str
+) -> None:
+    anthropic_server.turn(Turn(text=["Hello."]), Turn(text=["Still here."]))
+    config = AgentConfig(
+        name="chatty",
+        provider="anthropic",
+        model="m",
+        base_url=anthropic_server.base_url,
+        api_key_env="OMA_TEST_KEY",
+        system_prompt="You are terse.",
+    )
+    async with Agent(config) as agent:
+        first = await agent.prompt("hi")
+        second = await agent.prompt([{"type": "text", "text": "again"}])
+    assert (first.output, second.output) == ("Hello.", "Still here.")
+    body = anthropic_server.bodies[1]
+    assert body["system"] == "You are terse."
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
+        {"role": "user", "content": [{"type": "text", "text": "again"}]},
+    ]
+    assert len(agent.get_history()) == 4
