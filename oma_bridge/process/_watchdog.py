@@ -194,7 +194,10 @@ def main(argv: list[str]) -> None:
     while chunk := os.read(0, 65536):
         *lines, pending = (pending + chunk).split(b"\n")
         for raw in lines:
-            pgid = int(raw[1:])
+            try:
+                pgid = int(raw[1:])
+            except ValueError:
+                continue  # not ours to die of: a malformed line
             if raw.startswith(b"+"):
                 started = start_time(pgid)
                 if started is None:

@@ -77,6 +77,8 @@ logger = logging.getLogger(__name__)
 
 #: How long a tree gets to vanish after the final SIGKILL.
 KILL_WAIT_S = 2.0
+#: Registrations the watchdog has not read yet, kept past this: dropped.
+_MAX_PENDING = 1024 * 1024
 #: After the child exits, how long escaped descendants may hold our pipes open.
 EXIT_LINGER_S = 1.0
 _POLL_S = 0.02
@@ -159,17 +161,25 @@ class _Watchdog:
         self._pending += b"-%d\n" % pgid
 
     def _send(self, lines: bytes, *, restart: bool = True) -> None:
+        """Write ``lines`` (the caller took them out of ``_pending``) without blocking."""
         if not lines or self._process is None:
             return
         try:
-            os.write(self._fd, lines)
+            written = os.write(self._fd, lines)
         except BlockingIOError:
-            # A stalled watchdog; the tag still lets it find the group later.
-            logger.warning("supervisor watchdog is not reading; registration dropped")
+            written = 0
         except OSError:
             logger.warning("supervisor watchdog died; starting a new one")
             if restart:
                 self._start()
+            return
+        # The pipe is a byte stream: what did not fit goes first next time.
+        self._pending = lines[written:]
+        if len(self._pending) > _MAX_PENDING:
+            # A watchdog that stopped reading; the tag still lets it find them.
+            logger.warning("supervisor watchdog is not reading; registrations dropped")
+            # Keep the end of a line cut by the write, so the stream stays aligned.
+            self._pending = self._pending[: self._pending.find(b"\n") + 1]
 
     def close(self) -> None:
         """Stop the watchdog; it reaps whatever tagged process is left, then exits."""
