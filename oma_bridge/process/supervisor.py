@@ -265,8 +265,7 @@ class Supervisor:
             )
         pid = transport.get_pid()
         self._watchdog.register(pid)
-        process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin)
-        process.labels = dict(labels or {})
+        process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin, labels=labels)
         self._live[pid] = process
         return process
 
@@ -299,6 +298,7 @@ class SupervisedProcess:
         tag: str,
         *,
         stdin: bool,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self._supervisor = supervisor
         self._transport = transport
@@ -311,7 +311,7 @@ class SupervisedProcess:
         self.stdout: ChildStdout = protocol.stdout
         self.stderr: StderrTail = protocol.stderr
         #: What the spawner said this process is for (agent, run), for status reports.
-        self.labels: dict[str, str] = {}
+        self.labels: dict[str, str] = dict(labels or {})
         self._released = False
         self._linger: asyncio.TimerHandle | None = None
         protocol.on_exit = self._on_exit
