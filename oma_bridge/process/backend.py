@@ -7,7 +7,6 @@ import os
 import signal
 
 import anyio
-import anyio.to_thread
 
 from ..backend import BackendKind, BackendOutcome, RunContext
 from ..errors import BackendError, RunTimeoutError
@@ -72,9 +71,10 @@ class ProcessBackend:
                 stderr_tail_bytes=config.stderr_tail_bytes,
                 labels={"agent": label, "runId": ctx.run_id},
             )
-        except OSError as error:
-            reason = error.strerror or str(error)
-            where = f' (cwd "{cwd}")' if cwd is not None and error.filename == cwd else ""
+        except (OSError, ValueError) as error:  # ValueError: a NUL byte in argv or env
+            reason = (error.strerror if isinstance(error, OSError) else None) or str(error)
+            failed_cwd = cwd is not None and getattr(error, "filename", None) == cwd
+            where = f' (cwd "{cwd}")' if failed_cwd else ""
             message = f'Process backend "{label}" could not start "{config.command}": {reason}'
             raise BackendError(message + where) from error
         try:

@@ -204,6 +204,15 @@ async def test_missing_cwd_is_a_failure_naming_the_folder(tmp_path: Path) -> Non
     )
 
 
+async def test_a_nul_byte_in_the_prompt_argument_is_a_failure() -> None:
+    config = ProcessConfig(command="echo", input="argument")
+    with pytest.raises(BackendError) as caught:
+        await run_backend(config, "a\x00b")
+    assert caught.value.message == (
+        'Process backend "p" could not start "echo": embedded null byte'
+    )
+
+
 async def test_cwd_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
     monkeypatch.setenv("OMA_BRIDGE_TOKEN", "t" * 64)
