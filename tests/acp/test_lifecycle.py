@@ -193,3 +193,18 @@ async def test_no_agent_process_survives_a_sigkilled_host(tmp_path: Path) -> Non
         if host.returncode is None:
             host.kill()
         await host.aclose()
+
+
+async def test_respawn_prefers_session_resume_when_advertised(tmp_path: Path) -> None:
+    config = scenario_config(tmp_path, env={"ACP_TEST_RESUME": "1"})
+    backend = AcpBackend(config, agent_name="coder")
+    try:
+        await run_text(backend, "echo first", system_prompt="Sys.")
+        session = backend.session_id
+        with pytest.raises(BackendError):
+            await run_text(backend, "crash")
+        outcome, _ = await run_text(backend, "whoami", system_prompt="Sys.")
+        # Same session, resumed: the system prompt is not sent again.
+        assert outcome.output == f"session={session} how=resume turns=1 model=None"
+    finally:
+        await backend.aclose()

@@ -5,7 +5,7 @@ prompt, when sent, is an earlier paragraph).  Environment switches:
 ``ACP_TEST_AUTH=required|refuse`` (session/new needs ``authenticate`` with
 method ``key``; ``refuse`` makes that fail too), ``ACP_TEST_CONFIG=1``
 (offer a model config option), ``ACP_TEST_EARLY=1`` (send updates before
-answering session/new).
+answering session/new), ``ACP_TEST_RESUME=1`` (advertise ``session/resume``).
 """
 
 from __future__ import annotations
@@ -38,9 +38,14 @@ class ScenarioAgent:
         methods = []
         if os.environ.get("ACP_TEST_AUTH"):
             methods = [schema.AuthMethodAgent(id="key", name="API key")]
+        capabilities = schema.AgentCapabilities(load_session=True)
+        if os.environ.get("ACP_TEST_RESUME"):
+            capabilities.session_capabilities = schema.SessionCapabilities(
+                resume=schema.SessionResumeCapabilities()
+            )
         return schema.InitializeResponse(
             protocol_version=1,
-            agent_capabilities=schema.AgentCapabilities(load_session=True),
+            agent_capabilities=capabilities,
             auth_methods=methods,
             agent_info=schema.Implementation(name="scenario-agent", version="1.0"),
         )
@@ -89,6 +94,12 @@ class ScenarioAgent:
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> None:
         self._open(session_id, "load")
         return None
+
+    async def resume_session(
+        self, session_id: str, cwd: str, **kwargs: Any
+    ) -> schema.ResumeSessionResponse:
+        self._open(session_id, "resume")
+        return schema.ResumeSessionResponse()
 
     async def set_config_option(
         self, config_id: str, session_id: str, value: Any, **kwargs: Any
@@ -280,4 +291,6 @@ class ScenarioAgent:
 
 
 if __name__ == "__main__":
-    asyncio.run(acp.run_agent(ScenarioAgent()))  # type: ignore[arg-type]
+    # session/resume is "unstable" in this SDK release (stable in schema 1.25.0).
+    unstable = bool(os.environ.get("ACP_TEST_RESUME"))
+    asyncio.run(acp.run_agent(ScenarioAgent(), use_unstable_protocol=unstable))  # type: ignore[arg-type]
