@@ -306,7 +306,7 @@ class AcpBackend:
                 f"{redact(exc.message)}"
             )
         if isinstance(exc, ValidationError):
-            return BackendError(f'ACP agent "{self.label}" answered initialize malformed')
+            return BackendError(f'ACP agent "{self.label}" sent a malformed answer during start-up')
         return None
 
     async def _handshake(self, live: _Live) -> None:
@@ -346,24 +346,26 @@ class AcpBackend:
         previous = self._previous_session
         caps = init.agent_capabilities
         if previous is not None:
-            method = (
-                "session/resume"
-                if caps.session_capability("resume")
-                else "session/load"
-                if caps.load_session
-                else None
-            )
-            if method is not None:
+            # Continue the old session: resume (no replay) first, then load.
+            methods = [
+                method
+                for method, offered in (
+                    ("session/resume", caps.session_capability("resume")),
+                    ("session/load", caps.load_session),
+                )
+                if offered
+            ]
+            for method in methods:
                 try:
                     raw = await live.peer.request(method, {"sessionId": previous, **base})
                 except WireError as exc:
                     if isinstance(exc, ConnectionClosedError):
                         raise
                     logger.info("ACP agent %s: %s failed (%s)", self.label, method, exc.message)
-                else:
-                    session = SessionResponse.model_validate(raw or {})
-                    session.session_id = previous
-                    return session
+                    continue
+                session = SessionResponse.model_validate(raw or {})
+                session.session_id = previous
+                return session
         raw = await live.peer.request("session/new", base)
         session = SessionResponse.model_validate(raw)
         if not session.session_id:
