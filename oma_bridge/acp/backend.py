@@ -155,6 +155,14 @@ class AcpBackend:
 
     async def _run_turn(self, ctx: RunContext, turn: Turn, text: str) -> BackendOutcome:
         live = self._live
+        if live is not None and not live.dead and live.process.returncode is not None:
+            # It died while idle: nothing of this run is lost, so start it again.
+            logger.warning(
+                "ACP agent %s %s while idle; respawning",
+                self.label,
+                live.process.exit_description(),
+            )
+            await self._end(live)
         if live is None or live.dead:
             live = await self._start()
         assert live.session_id is not None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -206,5 +208,25 @@ async def test_respawn_prefers_session_resume_when_advertised(tmp_path: Path) ->
         outcome, _ = await run_text(backend, "whoami", system_prompt="Sys.")
         # Same session, resumed: the system prompt is not sent again.
         assert outcome.output == f"session={session} how=resume turns=1 model=None"
+    finally:
+        await backend.aclose()
+
+
+async def test_an_agent_that_died_while_idle_is_respawned_for_the_next_run(
+    tmp_path: Path,
+) -> None:
+    backend = AcpBackend(scenario_config(tmp_path), agent_name="coder")
+    try:
+        await run_text(backend, "echo one")
+        session, pid = backend.session_id, backend.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(5):
+            while alive(pid):  # noqa: ASYNC110 - a foreign process: nothing to await
+                await anyio.sleep(0.02)
+        await anyio.sleep(0.1)  # let the event loop see the exit
+        outcome, _ = await run_text(backend, "whoami")
+        assert outcome.output.startswith(f"session={session} how=load turns=1")
+        assert backend.pid != pid
     finally:
         await backend.aclose()
