@@ -366,7 +366,9 @@ class SupervisedProcess:
             for escapee in tree:
                 with contextlib.suppress(psutil.Error):
                     escapee.kill()  # psutil checks the start time: no recycled pid
-            if was_running:
+            # Escapees: when we ended a live child, or when something still
+            # holds the pipes of one that is gone.
+            if was_running or not self._protocol.closed.is_set():
                 await anyio.to_thread.run_sync(self.kill_escapees)
                 await self._wait_gone(KILL_WAIT_S, tree)
         finally:

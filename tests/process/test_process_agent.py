@@ -86,6 +86,29 @@ async def test_leaving_stream_early_kills_the_tree() -> None:
         await worker.close()
 
 
+async def test_leaving_stream_early_kills_an_escapee_after_the_child_exited() -> None:
+    worker = agent(ProcessConfig(**script("proc_tree.py", "--exit", "--escape")))
+    seen = ""
+    stream = worker.stream("go")
+    async for event in stream:
+        seen += event.data if event.type == "text" else ""
+        if len(re.findall(r"(?:child|grandchild) \d+", seen)) == 2:
+            break
+    pids = [int(pid) for pid in re.findall(r"(?:child|grandchild) (\d+)", seen)]
+    [child] = [int(pid) for pid in re.findall(r"(?<!grand)child (\d+)", seen)]
+    while not gone(child):  # noqa: ASYNC110 (a poll): leave only once the child is gone
+        await anyio.sleep(0.005)
+    await anyio.sleep(0.1)  # and the loop has heard of its exit
+    try:
+        await stream.aclose()
+        # Sooner than the one-second grace an escapee holding our pipes gets
+        # after a normal exit: leaving the stream ends it at once.
+        assert wait_gone(pids, within=0.8)
+    finally:
+        kill_all(pids)
+        await worker.close()
+
+
 async def test_cancel_mid_run_kills_the_child_and_reports_cancelled() -> None:
     worker = agent(ProcessConfig(**script("proc_tree.py"), stop_grace_s=0.3))
     events: list[str] = []
