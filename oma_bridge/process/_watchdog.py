@@ -185,7 +185,12 @@ class _StateFile:
 
 def main(argv: list[str]) -> None:
     owner = argv[1]
-    state = _StateFile(Path(argv[2]), owner) if len(argv) > 2 and argv[2] else None
+    state = None
+    if len(argv) > 2 and argv[2]:
+        try:
+            state = _StateFile(Path(argv[2]), owner)
+        except OSError as error:  # guard without the file rather than not at all
+            print(f"oma-bridge watchdog: no state file: {error}", file=sys.stderr)
     # The terminal's signals are not for us (we run in our own session anyway).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
