@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 
 from oma_bridge.backend import BackendOutcome, RunContext
 from oma_bridge.messages import LLMMessage
@@ -83,8 +82,3 @@ def kill_all(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
