@@ -33,7 +33,7 @@ from ..orchestrator import OpenMultiAgent
 from ..process.supervisor import configure_supervisor, reap_leftovers
 from .agent_service import AgentService
 from .app import RunningServer, serve
-from .config import ConfigError, ServerConfig, load_config
+from .config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
 from .connection import Gateway
 from .sdnotify import Notifier
 
@@ -193,11 +193,15 @@ async def run_daemon(
 ) -> None:
     """Serve until stopped (``RunningServer.stop()``, or SIGTERM/SIGINT with ``handle_signals``).
 
-    ``config`` is what ``load_config(config_path)`` returned at start; with
-    ``handle_signals``, SIGHUP loads it again from ``config_path`` (see the
-    module docstring).  ``notifier`` defaults to systemd's, from the
+    With ``handle_signals``, SIGHUP loads the config again with
+    ``load_config(config_path)`` (see the module docstring).  Without
+    ``config_path``, that is the file ``config`` was loaded from, or the
+    default search order when it is the embedded default (so a user config
+    created since is picked up).  ``notifier`` defaults to systemd's, from the
     environment (a no-op outside systemd).
     """
+    if config_path is None and config.source != EMBEDDED_SOURCE:
+        config_path = config.source
     state_dir = state_dir or default_state_dir()
     reaped = reap_leftovers(state_dir)
     if reaped:

@@ -20,24 +20,6 @@ import psutil
 AGENTS_DIR = Path(__file__).resolve().parent.parent / "agents"
 SCENARIO_AGENT = AGENTS_DIR / "acp_scenario_agent.py"
 
-# What `oma-bridge serve --config F` does, until the CLI is the entry point.
-DAEMON = """
-import logging
-import sys
-from functools import partial
-from pathlib import Path
-
-import anyio
-
-from oma_bridge.server.config import load_config
-from oma_bridge.server.daemon import run_daemon
-
-logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
-path, state = sys.argv[1], Path(sys.argv[2])
-daemon = partial(run_daemon, load_config(path), config_path=path, state_dir=state)
-anyio.run(partial(daemon, handle_signals=True))
-"""
-
 
 def config_text(folder: Path, server: str = "", agents: str = "") -> str:
     return f'[server]\nsocket = "{folder}/bridge.sock"\n{server}\n{agents}'
@@ -87,11 +69,12 @@ async def daemon_process(
     log_path = folder / "daemon.log"
     with log_path.open("wb") as log:
         process = await anyio.open_process(
-            [sys.executable, "-c", DAEMON, str(config), str(folder / "state")],
+            [sys.executable, "-m", "oma_bridge.cli", "serve", "--config", str(config)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            env={**os.environ, **(env or {})},
+            # The process state file of the daemon goes to a folder of this test.
+            env={**os.environ, "XDG_STATE_HOME": str(folder / "state"), **(env or {})},
         )
     daemon = DaemonProcess(process, folder, log_path)
     seen: list[psutil.Process] = []
