@@ -351,9 +351,10 @@ class SupervisedProcess:
         """
         if self._released:
             return
+        was_running = running = self.returncode is None
+        tree = self._snapshot_tree() if running else []
+        finished = False
         try:
-            was_running = running = self.returncode is None
-            tree = self._snapshot_tree() if running else []
             if running and close_stdin_first and self.stdin is not None:
                 eof_grace = min(1.0, grace_s / 2)
                 grace_s -= eof_grace
@@ -362,17 +363,27 @@ class SupervisedProcess:
             if running:
                 self.signal_group(signal.SIGTERM)
                 running = not await self._wait_gone(grace_s, tree)
-            self.signal_group(signal.SIGKILL)
-            for escapee in tree:
-                with contextlib.suppress(psutil.Error):
-                    escapee.kill()  # psutil checks the start time: no recycled pid
+            self._kill_tree(tree)
             # Escapees: when we ended a live child, or when something still
             # holds the pipes of one that is gone.
             if was_running or not self._protocol.closed.is_set():
                 await anyio.to_thread.run_sync(self.kill_escapees)
                 await self._wait_gone(KILL_WAIT_S, tree)
+            finished = True
         finally:
+            if not finished:
+                # A cancellation that pierced the caller's shield (a native
+                # ``task.cancel()``): no more waiting, but the tree still goes.
+                self._kill_tree(tree)
+                self.kill_escapees()
             self._release()
+
+    def _kill_tree(self, tree: list[psutil.Process]) -> None:
+        """SIGKILL to the group and to every process of the snapshot."""
+        self.signal_group(signal.SIGKILL)
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.kill()  # psutil checks the start time: no recycled pid
 
     def _on_exit(self) -> None:
         """The child is gone: end what it left in its group, then, later, its escapees.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -258,3 +259,31 @@ def test_configure_supervisor_installs_the_daemons_default(
     finally:
         configure_supervisor()  # a plain default again, for the tests that follow
     assert list(tmp_path.glob("*.state")) == []  # closed: it had no child left
+
+
+async def test_a_native_cancel_that_pierces_the_shield_still_ends_the_tree() -> None:
+    # asyncio's task.cancel() is not anyio's: it pierces a shielded scope.
+    # stop() then skips the rest of its grace, but never leaves the tree alive.
+    supervisor = Supervisor()
+    tree = [sys.executable, str(AGENTS / "proc_tree.py"), "--ignore-term"]
+    try:
+        process = await supervisor.spawn(tree, stdin=False)
+        received = b""
+        with anyio.fail_after(10):
+            while received.count(b"\n") < 2:
+                received += await process.stdout.receive()
+        pids = [int(line.split()[1]) for line in received.decode().splitlines()]
+
+        async def stop_shielded() -> None:
+            with anyio.CancelScope(shield=True):
+                await process.stop(30.0)
+
+        task = asyncio.get_running_loop().create_task(stop_shielded())
+        await anyio.sleep(0.2)  # inside the SIGTERM grace, which they ignore
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert wait_gone(pids, within=2.0)
+    finally:
+        kill_all(pids)
+        supervisor.close()
