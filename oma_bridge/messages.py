@@ -5,9 +5,9 @@ below.  Two functions stand between a caller's data and everything else:
 
 * :func:`validate_messages` (and :func:`validate_content_blocks` for the
   ``prompt`` path) runs open-multi-agent's ``assertValidMessages`` checks with
-  OMA's exact error strings, then a second pass of oma_bridge's stricter
-  checks on the internals of known block types (D1 in the reference).  The
-  second pass comes after the first over the whole input, so an input OMA
+  OMA's exact error strings, and oma_bridge's stricter checks on the
+  internals of known block types (D1 in the reference).  A D1 violation is
+  raised only once OMA's checks have passed the whole input, so an input OMA
   rejects keeps OMA's message.  Unknown block types pass unchanged.
 * :func:`copy_messages` makes an independent deep copy of JSON data and
   refuses anything else (D2: "cloneable" means JSON data).
@@ -136,11 +136,20 @@ AgentPromptInput: TypeAlias = str | Sequence[ContentBlock]
 # Helpers shared by the guard and the copy
 
 
+_ARRAY = (list, tuple)
+
+#: What ``dict.get`` answers for a missing key where the ``<t>`` of an error
+#: message must read ``undefined`` (JavaScript's value of a missing property).
+_MISSING: Any = object()
+
+
 def _type_name(value: object) -> str:
     """The ``<t>`` of OMA's messages: ``null``, ``array`` or JavaScript's typeof."""
+    if value is _MISSING:
+        return "undefined"
     if value is None:
         return "null"
-    if isinstance(value, list | tuple):
+    if isinstance(value, _ARRAY):
         return "array"
     if isinstance(value, str):
         return "string"
@@ -168,6 +177,11 @@ def _json_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _string_or_none(value: object) -> str | None:
+    """A ``type`` tag to compare: a non-string's own ``__eq__`` is never run."""
+    return value if isinstance(value, str) else None
+
+
 def _invalid(path: str, problem: str) -> InvalidMessageError:
     return InvalidMessageError(f"{path} {problem}", path=path)
 
@@ -177,7 +191,11 @@ def _invalid(path: str, problem: str) -> InvalidMessageError:
 
 _B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_VALUE = {c: i for i, c in enumerate(_B64_ALPHABET.decode())}
-_PASSTHROUGH = bytes(range(256))
+#: Characters per step of the alphabet check.  Buffers this small come back
+#: from malloc's free lists; one buffer the size of a megabyte payload would be
+#: fresh pages, faulted in on every call (measured: about as costly as the
+#: check itself once other allocations run in between, as they do in a copy).
+_B64_CHUNK = 1 << 16
 
 
 def is_canonical_base64(data: str) -> bool:
@@ -188,21 +206,24 @@ def is_canonical_base64(data: str) -> bool:
     re-encodes to itself after decoding (compared without trailing ``=``).
     Decoding then re-encoding changes the text only when the last quantum is
     short by one character or carries non-zero spare bits, so those two
-    facts are checked directly on the last character: linear in the size with
-    C-speed scans, and no allocation of the decoded payload beyond one
-    ASCII view.
+    facts are checked directly on the last character.
+
+    This runs on every image of every input: the alphabet check is a C-speed
+    ``bytes.translate`` that deletes the alphabet (whatever survives is a
+    stray character), over ASCII copies of bounded chunks.
     """
     if len(data) % 4 == 1 or not data.isascii():
         return False
-    body = data.rstrip("=")
-    if not body or len(data) - len(body) > 2:
+    pad = 2 if data.endswith("==") else 1 if data.endswith("=") else 0
+    body_length = len(data) - pad
+    if body_length == 0 or body_length % 4 == 1:
         return False
-    if body.encode("ascii").translate(_PASSTHROUGH, _B64_ALPHABET):
-        return False  # a character outside the alphabet ('=' inside included)
-    remainder = len(body) % 4
-    if remainder == 1:
-        return False
-    last = _B64_VALUE[body[-1]]
+    for start in range(0, body_length, _B64_CHUNK):
+        chunk = data[start : min(start + _B64_CHUNK, body_length)]
+        if chunk.encode("ascii").translate(None, _B64_ALPHABET):
+            return False  # outside the alphabet, or an '=' before the padding
+    last = _B64_VALUE[data[body_length - 1]]
+    remainder = body_length % 4
     if remainder == 2:
         return last & 0x0F == 0
     if remainder == 3:
@@ -211,7 +232,7 @@ def is_canonical_base64(data: str) -> bool:
 
 
 # --------------------------------------------------------------------------
-# The guard, pass 1: open-multi-agent's checks, verbatim
+# The checks of tool results and media sources: open-multi-agent's, verbatim
 
 _MIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*$")
 
@@ -224,7 +245,7 @@ def _check_source(source: object, path: str, *, allow_url: bool) -> None:
         raise _invalid(f"{path}.media_type", "must be a non-empty string")
     if not _MIME.match(media_type):
         raise _invalid(f"{path}.media_type", "must be a MIME type without parameters")
-    kind = source.get("type")
+    kind = _string_or_none(source.get("type"))
     if kind == "base64":
         data = source.get("data")
         if not isinstance(data, str) or not data:
@@ -258,7 +279,7 @@ def _check_url(url: object, path: str) -> None:
 def _check_tool_result_content(content: object, path: str) -> None:
     if isinstance(content, str):
         return
-    if not isinstance(content, list | tuple):
+    if not isinstance(content, _ARRAY):
         raise _invalid(
             path, f"must be a string or a non-empty content-part array, got {_type_name(content)}"
         )
@@ -268,7 +289,7 @@ def _check_tool_result_content(content: object, path: str) -> None:
         part_path = f"{path}[{k}]"
         if not isinstance(part, dict):
             raise _invalid(part_path, "must be a content-part object")
-        kind = part.get("type")
+        kind = _string_or_none(part.get("type"))
         if kind == "text":
             if not isinstance(part.get("text"), str):
                 raise _invalid(f"{part_path}.text", "must be a string")
@@ -289,65 +310,17 @@ def _check_tool_result(block: dict[str, Any], path: str) -> None:
     is_error = block.get("is_error")
     if "is_error" in block and not isinstance(is_error, bool):
         raise _invalid(f"{path}.is_error", "must be a boolean when provided")
-    content = block.get("content")
+    content = block.get("content", _MISSING)
     _check_tool_result_content(content, f"{path}.content")
     if is_error is True and not isinstance(content, str):
         raise _invalid(f"{path}.content", "must be a string for an error tool result")
 
 
-def _oma_pass(messages: object) -> None:
-    if not isinstance(messages, list | tuple):
-        raise _invalid("messages", f"must be an array, got {_type_name(messages)}")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise _invalid(f"messages[{i}]", f"must be an object, got {_type_name(message)}")
-        content = message.get("content")
-        if not isinstance(content, list | tuple):
-            raise _invalid(
-                f"messages[{i}].content", f"must be a ContentBlock[], got {_type_name(content)}"
-            )
-        for j, block in enumerate(content):
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise _invalid(
-                    f"messages[{i}].content[{j}]", 'must be a content block with a string "type"'
-                )
-            if block["type"] == "tool_result":
-                _check_tool_result(block, f"messages[{i}].content[{j}]")
-
-
 # --------------------------------------------------------------------------
-# The guard, pass 2: oma_bridge's checks on known block internals (D1)
-
-
-def _strict_pass(messages: Sequence[dict[str, Any]]) -> None:
-    # Paths are built only on failure: this loop runs on every block of every
-    # input and history, so it avoids per-block string work.
-    for i, message in enumerate(messages):
-        role = message.get("role")
-        if role != "user" and role != "assistant":
-            raise _invalid(f"messages[{i}].role", 'must be "user" or "assistant"')
-        for j, block in enumerate(message["content"]):
-            kind = block["type"]
-            if kind == "text" or kind == "reasoning":
-                if type(block.get("text")) is not str and not isinstance(block.get("text"), str):
-                    raise _invalid(f"messages[{i}].content[{j}].text", "must be a string")
-            elif kind == "image":
-                _check_source(
-                    block.get("source"), f"messages[{i}].content[{j}].source", allow_url=False
-                )
-            elif kind == "tool_use":
-                _check_tool_use(block, i, j)
-
-
-def _check_tool_use(block: dict[str, Any], i: int, j: int) -> None:
-    for key in ("id", "name"):
-        if not isinstance(block.get(key), str):
-            raise _invalid(f"messages[{i}].content[{j}].{key}", "must be a string")
-    tool_input = block.get("input")
-    if not isinstance(tool_input, dict):
-        raise _invalid(
-            f"messages[{i}].content[{j}].input", f"must be an object, got {_type_name(tool_input)}"
-        )
+# The guard, one pass: OMA's checks raise at once; oma_bridge's stricter checks
+# on known block internals (D1) are only remembered, and the first of them is
+# raised after OMA's checks have passed the whole input.  So an input OMA
+# rejects keeps OMA's exact message, as with two passes, for the price of one.
 
 
 def validate_messages(messages: object) -> None:
@@ -357,8 +330,68 @@ def validate_messages(messages: object) -> None:
     ``messages[0].content[1].source.data must contain raw base64 data``.
     Lists and tuples both count as arrays.
     """
-    _oma_pass(messages)
-    _strict_pass(messages)  # type: ignore[arg-type]  # pass 1 proved the shape
+    if not isinstance(messages, _ARRAY):
+        raise _invalid("messages", f"must be an array, got {_type_name(messages)}")
+    strict: InvalidMessageError | None = None  # the first D1 violation
+    # This loop runs on every block of every input and history, so a text
+    # block costs no index and no string work; see _block_path.
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _invalid(f"messages[{i}]", f"must be an object, got {_type_name(message)}")
+        content = message.get("content", _MISSING)
+        if not isinstance(content, _ARRAY):
+            raise _invalid(
+                f"messages[{i}].content", f"must be a ContentBlock[], got {_type_name(content)}"
+            )
+        if strict is None:
+            role = message.get("role")
+            if not isinstance(role, str) or (role != "user" and role != "assistant"):
+                strict = _invalid(f"messages[{i}].role", 'must be "user" or "assistant"')
+        for block in content:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if not isinstance(kind, str):
+                raise _invalid(
+                    _block_path(i, content, block), 'must be a content block with a string "type"'
+                )
+            if kind == "tool_result":
+                _check_tool_result(block, _block_path(i, content, block))
+            elif strict is not None:
+                continue
+            elif kind == "text" or kind == "reasoning":
+                if not isinstance(block.get("text"), str):
+                    strict = _invalid(_block_path(i, content, block) + ".text", "must be a string")
+            elif kind == "image" or kind == "tool_use":
+                strict = _strict_error(block, _block_path(i, content, block))
+    if strict is not None:
+        raise strict
+
+
+def _block_path(i: int, content: Sequence[object], block: object) -> str:
+    """``messages[i].content[j]`` for ``block``, its index found by identity.
+
+    The guard's loop keeps no block index.  If one object sits twice in
+    ``content``, the first place is the right one: the checks answer alike
+    for both, so a failure is met there first.
+    """
+    j = next(j for j, item in enumerate(content) if item is block)
+    return f"messages[{i}].content[{j}]"
+
+
+def _strict_error(block: dict[str, Any], path: str) -> InvalidMessageError | None:
+    """The D1 violation of an ``image`` or ``tool_use`` block, if any."""
+    try:
+        if block["type"] == "image":
+            _check_source(block.get("source"), f"{path}.source", allow_url=False)
+            return None
+        for key in ("id", "name"):
+            if not isinstance(block.get(key), str):
+                raise _invalid(f"{path}.{key}", "must be a string")
+        tool_input = block.get("input", _MISSING)
+        if not isinstance(tool_input, dict):
+            raise _invalid(f"{path}.input", f"must be an object, got {_type_name(tool_input)}")
+    except InvalidMessageError as error:
+        return error
+    return None
 
 
 def validate_content_blocks(blocks: object) -> None:
@@ -393,34 +426,44 @@ class _Refusal(Exception):
         self.segments: list[object] = []
 
 
+#: Values the copy shares instead of copying: immutable, and exactly JSON.
+_ATOMS = frozenset({str, int, bool, type(None)})
+
+
 def _copy_value(value: Any, depth: int) -> Any:
+    # The hot path of every input and history: a container is copied in C
+    # (dict.copy, list) and only its non-atomic items are visited again.
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
     if kind is dict:
         if depth >= MAX_NESTING_DEPTH:
             raise _Refusal(f"nests deeper than {MAX_NESTING_DEPTH} levels")
-        out = {}
+        out = value.copy()
         for key, item in value.items():
             if type(key) is not str:
                 raise _Refusal(f"has a non-string key of type {type(key).__name__}")
-            try:
-                out[key] = _copy_value(item, depth + 1)
-            except _Refusal as refusal:
-                refusal.segments.append(key)
-                raise
+            if type(item) not in _ATOMS:
+                try:
+                    out[key] = _copy_value(item, depth + 1)
+                except _Refusal as refusal:
+                    refusal.segments.append(key)
+                    raise
         return out
     if kind is list or kind is tuple:
         if depth >= MAX_NESTING_DEPTH:
             raise _Refusal(f"nests deeper than {MAX_NESTING_DEPTH} levels")
-        copied = []
-        for index, item in enumerate(value):
-            try:
-                copied.append(_copy_value(item, depth + 1))
-            except _Refusal as refusal:
-                refusal.segments.append(index)
-                raise
+        copied = list(value)
+        index = 0  # cheaper than enumerate's tuple per item
+        for item in value:
+            if type(item) not in _ATOMS:
+                try:
+                    copied[index] = _copy_value(item, depth + 1)
+                except _Refusal as refusal:
+                    refusal.segments.append(index)
+                    raise
+            index += 1  # noqa: SIM113  (see above)
         return copied
+    if kind in _ATOMS:
+        return value
     if kind is float:
         if math.isfinite(value):
             return value
@@ -440,7 +483,7 @@ def _copy_subclass(value: Any, depth: int) -> Any:
         return _copy_value(float(value), depth)
     if isinstance(value, dict):
         return _copy_value(dict(value), depth)
-    if isinstance(value, list | tuple):
+    if isinstance(value, _ARRAY):
         return _copy_value(list(value), depth)
     raise _Refusal(f"is not JSON data ({_describe(value)})")
 
@@ -510,9 +553,14 @@ def text_message(text: str, role: Literal["user", "assistant"] = "user") -> LLMM
 
 
 def prompt_to_messages(blocks: Sequence[Any]) -> list[LLMMessage]:
-    """A ``ContentBlock[]`` for ``prompt``, guarded and copied, as one user message."""
-    validate_content_blocks(blocks)
-    return [{"role": "user", "content": copy_messages(blocks)}]
+    """A ``ContentBlock[]`` for ``prompt``, guarded and copied, as one user message.
+
+    The list is wrapped before the copy as before the guard, so a copy refusal
+    names the same path as a guard error would (``messages[0].content[1]...``).
+    """
+    messages = [{"role": "user", "content": blocks}]
+    validate_messages(messages)
+    return copy_messages(messages)
 
 
 def last_user_text(messages: Sequence[LLMMessage], joiner: str) -> str:
