@@ -161,8 +161,9 @@ class _StateFile:
         self._path = path
         self._header = f"{_STATE_MAGIC}\nowner {owner}\nwatchdog {os.getpid()} "
         self._header += f"{start_time(os.getpid())}\n"
-        self._file = path.open("w", buffering=1)
+        self._file = path.open("w")
         self._file.write(self._header)
+        self._file.flush()
         self._lines = 0
 
     def append(self, line: str, groups: dict[int, int]) -> None:
@@ -176,6 +177,10 @@ class _StateFile:
             return
         self._file.write(line)
         self._lines += 1
+
+    def flush(self) -> None:
+        """One write per batch; no fsync: a crash of the machine ends every child too."""
+        self._file.flush()
 
     def remove(self) -> None:
         self._file.close()
@@ -212,6 +217,8 @@ def main(argv: list[str]) -> None:
                     state.append(f"+{pgid} {started}\n", groups)
             elif groups.pop(pgid, None) is not None and state:
                 state.append(f"-{pgid}\n", groups)
+        if state:
+            state.flush()
         # Let registrations pile up in the pipe for a moment: one wake-up per
         # batch rather than per run keeps us off a busy daemon's CPUs.
         time.sleep(_BATCH_S)
