@@ -29,6 +29,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ..jsonrpc import unwrap_single_error
 from ..orchestrator import OpenMultiAgent
 from ..process.supervisor import configure_supervisor, reap_leftovers
 from .agent_service import AgentService
@@ -214,21 +215,23 @@ async def run_daemon(
         logger.debug("process supervisor already configured; keeping it")
     service = AgentService(config, orchestrator=orchestrator)
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
-    async with anyio.create_task_group() as tg:
-        lifecycle = _Lifecycle(live, tg, task_status)
-        started: Any = lifecycle
-        tg.start_soon(service.reap_idle)
-        if handle_signals:
-            await tg.start(live.reload_on_sighup, lifecycle.ready)
-        try:
-            await serve(
-                config,
-                methods=service.methods(),
-                handle_signals=handle_signals,
-                task_status=started,
-            )
-        finally:
-            lifecycle.announce_stop()
-            with anyio.CancelScope(shield=True):
-                await service.aclose()
-            tg.cancel_scope.cancel()
+    # A start-up failure (ConfigError, StartupError) leaves as itself, not in a group.
+    with unwrap_single_error():
+        async with anyio.create_task_group() as tg:
+            lifecycle = _Lifecycle(live, tg, task_status)
+            started: Any = lifecycle
+            tg.start_soon(service.reap_idle)
+            if handle_signals:
+                await tg.start(live.reload_on_sighup, lifecycle.ready)
+            try:
+                await serve(
+                    config,
+                    methods=service.methods(),
+                    handle_signals=handle_signals,
+                    task_status=started,
+                )
+            finally:
+                lifecycle.announce_stop()
+                with anyio.CancelScope(shield=True):
+                    await service.aclose()
+                tg.cancel_scope.cancel()
