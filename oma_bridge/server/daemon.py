@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -36,17 +35,12 @@ from .agent_service import AgentService
 from .app import RunningServer, serve
 from .config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
 from .connection import Gateway
+from .paths import default_state_dir
 from .sdnotify import Notifier
 
 __all__ = ["LiveConfig", "default_state_dir", "run_daemon"]
 
 logger = logging.getLogger("oma_bridge.server")
-
-
-def default_state_dir() -> Path:
-    """``$XDG_STATE_HOME/oma-bridge``, else ``~/.local/state/oma-bridge``."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "oma-bridge"
 
 
 class LiveConfig:
@@ -213,7 +207,7 @@ async def run_daemon(
         # Children were already spawned in this process (a library user, or
         # tests running several daemons): keep the supervisor they used.
         logger.debug("process supervisor already configured; keeping it")
-    service = AgentService(config, orchestrator=orchestrator)
+    service = AgentService(config, orchestrator=orchestrator, state_dir=state_dir)
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
     # A start-up failure (ConfigError, StartupError) leaves as itself, not in a group.
     with unwrap_single_error():
