@@ -372,3 +372,25 @@ async def test_50_concurrent_runs() -> None:
 
 def test_python_is_the_venv_python() -> None:
     assert sys.executable == PYTHON
+
+
+def test_process_config_is_a_frozen_strict_backend_config() -> None:
+    from pydantic import ValidationError
+
+    from oma_bridge.backend import BackendConfig
+
+    config = ProcessConfig(command="wc", args=["-w"])  # type: ignore[arg-type]
+    assert isinstance(config, BackendConfig)
+    assert (config.kind, config.external, config.args) == ("process", True, ("-w",))
+    assert (config.input, config.max_output_bytes, config.stderr_tail_bytes) == (
+        "stdin",
+        64 * 1024 * 1024,
+        64 * 1024,
+    )
+    assert config.stop_grace_s == 5
+    with pytest.raises(ValidationError):
+        ProcessConfig(command="wc", shell=True)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        ProcessConfig(command="")
+    with pytest.raises(ValidationError):
+        config.command = "rm"  # type: ignore[misc]
