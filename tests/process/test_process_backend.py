@@ -39,6 +39,13 @@ async def test_stdin_gets_exactly_the_system_prompt_and_prompt() -> None:
     assert recorder.text == outcome.output
 
 
+async def test_stdin_bytes_are_exactly_the_utf8_prompt_then_eof() -> None:
+    code = "import sys; print(sys.stdin.buffer.read().hex())"
+    config = ProcessConfig(command=PYTHON, args=("-c", code))
+    outcome = await run_backend(config, "naïve 日本 ✓\r\nend", system_prompt="Sÿs")
+    assert bytes.fromhex(outcome.output) == "Sÿs\n\nnaïve 日本 ✓\r\nend".encode()
+
+
 def test_prompt_joins_the_last_user_text_blocks_with_newlines() -> None:
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "old"}]},
