@@ -106,7 +106,8 @@ class LiveConfig:
         )
         if changed:
             logger.warning(
-                "config reload: changes to [%s] take effect at the next start",
+                "config reload: [%s] not applied: it differs from the running daemon's "
+                "and applies only at a restart",
                 "], [".join(changed),
             )
         self.notifier.ready(_status(applied))

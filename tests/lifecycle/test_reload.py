@@ -36,6 +36,7 @@ async def test_sighup_reloads_profiles_and_keeps_open_agents(folder: Path) -> No
             assert await _names(client) == ["echo", "old"]
             before = await client.open("echo")
             assert (await before.run("hi")).output == "(system: v1) hi"
+            orphan = await client.open("old")
 
             (folder / "bridge.toml").write_text(
                 config_text(folder, agents=_echo("echo", "v2") + _echo("new", "new"))
@@ -45,6 +46,8 @@ async def test_sighup_reloads_profiles_and_keeps_open_agents(folder: Path) -> No
             assert await _names(client) == ["echo", "new"]
             # The agent opened before keeps its profile; a new one gets the new profile.
             assert (await before.run("hi")).output == "(system: v1) hi"
+            # Its profile is gone from the config; the open agent keeps working.
+            assert (await orphan.run("hi")).output == "(system: old) hi"
             after = await client.open("echo")
             assert (await after.run("hi")).output == "(system: v2) hi"
             assert (await (await client.open("new")).run("hi")).output == "(system: new) hi"
@@ -76,7 +79,7 @@ async def test_sighup_reloads_profiles_and_keeps_open_agents(folder: Path) -> No
             config_text(folder, "max_connections = 3", _echo("echo", "v3"))
         )
         daemon.signal(signal.SIGHUP)
-        await daemon.wait_log("changes to [server] take effect at the next start")
+        await daemon.wait_log("[server] not applied: it differs from the running daemon's")
         async with connect(discovery_dir=folder) as client:
             assert await _names(client) == ["echo"]
         daemon.signal(signal.SIGTERM)
