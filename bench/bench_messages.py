@@ -1,0 +1,142 @@
+"""Messages: the shape guard plus the copy, against ``copy.deepcopy`` of the same data.
+
+What every structured input pays before a run starts is
+``validate_messages(m)`` followed by ``copy_messages(m)``.  The baseline is
+``copy.deepcopy(m)`` of the same list, timed in the same run, in alternating
+rounds (see ``_util.time_interleaved``).  Target: guard+copy at most 0.5x
+deepcopy.
+
+Two inputs, both built here from a fixed seed:
+
+* **1,000-message conversation, one 1 MB image**: user and assistant turns in
+  alternation, each with one text block of 40-400 characters; every tenth
+  assistant turn also calls a tool (``tool_use`` with a small nested input) and
+  the next user turn carries its ``tool_result`` (string content); the first
+  user turn also holds an ``image`` block of 1 MiB of random bytes
+  (1,398,104 base64 characters, checked by the guard as canonical base64).
+* **50-message chat**: the same generator, 50 messages, no image.
+
+Run: ``.venv/bin/python bench/bench_messages.py [--rounds 15] [--breakdown]``;
+``--breakdown`` adds the parts of guard+copy on the first input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import random
+from collections.abc import Callable
+from typing import Any
+
+from _util import machine, print_table, time_interleaved
+
+from oma_bridge.messages import copy_messages, is_canonical_base64, validate_messages
+
+TARGET = 0.5
+
+_TEXT = (
+    "the agent reads a file then writes a patch and runs the tests again until they pass "
+    "while the user waits for a short answer about what changed and why it matters"
+)
+_WORDS = _TEXT.split()
+
+
+def _sentence(rng: random.Random) -> str:
+    text = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 80)))
+    return text[: rng.randint(40, 400)]
+
+
+def conversation(n_messages: int, image_bytes: int, seed: int = 7) -> list[dict[str, Any]]:
+    """A conversation as an agent builds it (see the module docstring)."""
+    rng = random.Random(seed)
+    messages: list[dict[str, Any]] = []
+    for i in range(n_messages):
+        role = "user" if i % 2 == 0 else "assistant"
+        blocks: list[dict[str, Any]] = []
+        if role == "user" and i % 20 == 0 and i > 0:
+            blocks.append(
+                {"type": "tool_result", "tool_use_id": f"call_{i - 1}", "content": _sentence(rng)}
+            )
+        blocks.append({"type": "text", "text": _sentence(rng)})
+        if role == "assistant" and i % 20 == 19:
+            tool_input = {"path": f"src/module_{i}.py", "lines": [1, rng.randint(2, 500)]}
+            blocks.append(
+                {"type": "tool_use", "id": f"call_{i}", "name": "read_file", "input": tool_input}
+            )
+        messages.append({"role": role, "content": blocks})
+    if image_bytes:
+        data = base64.b64encode(rng.randbytes(image_bytes)).decode("ascii")
+        image = {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": data},
+        }
+        messages[0]["content"].append(image)
+    return messages
+
+
+def compare(messages: list[dict[str, Any]], rounds: int) -> list[str]:
+    """One table row's figures: guard+copy against deepcopy, medians."""
+
+    def guard_and_copy() -> None:
+        validate_messages(messages)
+        copy_messages(messages)
+
+    assert copy_messages(messages) == messages
+    ours, baseline = time_interleaved(
+        [guard_and_copy, lambda: copy.deepcopy(messages)], rounds=rounds
+    )
+    ratio = ours.median / baseline.median
+    return [
+        f"{ours.median_us:,.1f}",
+        f"{baseline.median_us:,.1f}",
+        f"{ratio:.2f}x",
+        f"<= {TARGET:.2f}x" + ("" if ratio <= TARGET else " (missed)"),
+    ]
+
+
+def breakdown(messages: list[dict[str, Any]], rounds: int) -> None:
+    """The parts of guard+copy, each timed alone (medians, same rounds)."""
+    image = next(
+        block["source"]["data"]
+        for message in messages
+        for block in message["content"]
+        if block["type"] == "image"
+    )
+    parts: list[tuple[str, Callable[[], object]]] = [
+        ("validate_messages (whole guard)", lambda: validate_messages(messages)),
+        ("is_canonical_base64 (the image)", lambda: is_canonical_base64(image)),
+        ("copy_messages", lambda: copy_messages(messages)),
+        ("copy.deepcopy", lambda: copy.deepcopy(messages)),
+    ]
+    timings = time_interleaved([fn for _, fn in parts], rounds=rounds)
+    print_table(
+        ["part (first input)", "median (µs)", "best (µs)"],
+        [
+            [name, f"{t.median_us:,.1f}", f"{t.best_us:,.1f}"]
+            for (name, _), t in zip(parts, timings, strict=True)
+        ],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--breakdown", action="store_true")
+    args = parser.parse_args()
+
+    cases = [
+        ("1,000 messages + 1 MB image", conversation(1000, 1 << 20)),
+        ("50-message chat", conversation(50, 0)),
+    ]
+    rows = [[name, *compare(messages, args.rounds)] for name, messages in cases]
+    print(f"# machine: {machine()}")
+    print(f"# medians of {args.rounds} interleaved rounds, per call, gc off during timing")
+    print_table(["case", "guard+copy (µs)", "deepcopy (µs)", "ratio", "target"], rows)
+    if args.breakdown:
+        print()
+        breakdown(cases[0][1], args.rounds)
+
+
+if __name__ == "__main__":
+    main()
