@@ -47,6 +47,8 @@ from _util import machine, print_table
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.asyncio.client import connect as ws_connect
 
+from oma_bridge.acp import AcpConfig
+from oma_bridge.agent import Agent, AgentConfig
 from oma_bridge.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -378,10 +380,30 @@ async def bench_acp_stream(d: Daemon, rounds: int, chunks: int) -> list[list[Any
                 assert seen == characters, seen
                 return chunks / (time.perf_counter() - start)
 
-            samples = await alternate([through_daemon, read_directly], rounds)
+            # Diagnostic: the library's ACP layer in this process, no wire relay.
+            library = Agent(
+                AgentConfig(
+                    name="bench",
+                    backend=AcpConfig(command=PY, args=(str(CHUNK_AGENT),), fs="none"),
+                )
+            )
+
+            async def in_process() -> float:
+                start = time.perf_counter()
+                seen = 0
+                async for event in library.stream(prompt):
+                    if event.type == "text":
+                        seen += len(event.data)
+                assert seen == characters, seen
+                return chunks / (time.perf_counter() - start)
+
+            try:
+                samples = await alternate([through_daemon, read_directly, in_process], rounds)
+            finally:
+                await library.close()
         assert process.stdin is not None
         await process.stdin.aclose()
-    a, b = (statistics.median(s) for s in samples)
+    a, b, c = (statistics.median(s) for s in samples)
     return [
         [
             f"(c) ACP text chunks/s, agent/stream ({chunks:,} per turn)",
@@ -390,7 +412,15 @@ async def bench_acp_stream(d: Daemon, rounds: int, chunks: int) -> list[list[Any
             a / b,
             ">= 0.8x",
             a / b >= 0.8,
-        ]
+        ],
+        [
+            "(c) the same through Agent.stream in-process (no daemon)",
+            f"{c:,.0f}/s",
+            "",
+            f"{c / b:.2f}x",
+            "(diagnostic)",
+            None,
+        ],
     ]
 
 
