@@ -202,12 +202,7 @@ async def run_daemon(
     reaped = reap_leftovers(state_dir)
     if reaped:
         logger.warning("reaped the processes of %d earlier daemon(s) that died", reaped)
-    try:
-        configure_supervisor(state_dir=state_dir)
-    except RuntimeError:
-        # Children were already spawned in this process (a library user, or
-        # tests running several daemons): keep the supervisor they used.
-        logger.debug("process supervisor already configured; keeping it")
+    configure_supervisor(state_dir=state_dir)
     service = AgentService(config, orchestrator=orchestrator, state_dir=state_dir)
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
     # A start-up failure (ConfigError, StartupError) leaves as itself, not in a group.
