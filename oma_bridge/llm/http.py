@@ -3,8 +3,8 @@
 Both HTTP adapters (Anthropic, OpenAI-compatible) go through
 :class:`ProviderHTTP`, so the rules live in one place:
 
-* **Retries** (OMA's rule, ``errors.is_retryable``): HTTP 408, 409, 429 and
-  5xx, and a connection that could not be opened, are retried with bounded
+* **Retries** (OMA's rule, :func:`~oma_bridge.errors.is_retryable`): HTTP
+  408, 409, 429 and 5xx, and a connection that could not be opened, are retried with bounded
   exponential backoff; ``retry-after-ms`` / ``retry-after`` from the provider
   wins when present (capped).  Other 4xx fail at once.  A stream that already
   delivered bytes is never retried: its tokens were shown to the caller.
@@ -35,7 +35,7 @@ import anyio
 import httpx
 import orjson
 
-from ..errors import LLMCallTimeoutError, ProviderError
+from ..errors import LLMCallTimeoutError, ProviderError, is_retryable
 from ..redaction import REDACTED, redact
 
 __all__ = ["ApiKey", "ProviderHTTP", "RetryPolicy"]
@@ -44,7 +44,6 @@ logger = logging.getLogger(__name__)
 
 #: How much of a provider's error body an error message quotes.
 _BODY_SNIPPET = 500
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
 #: Longest wait for a response's connection to be released.
 _CLOSE_TIMEOUT_S = 5.0
 
@@ -208,7 +207,7 @@ class ProviderHTTP:
                     return
                 failure = await self._status_error(response)
                 retry_headers = response.headers
-            if attempt >= self.retry.attempts or not _retryable(failure):
+            if attempt >= self.retry.attempts or not is_retryable(failure):
                 raise failure
             delay = self.retry.delay(attempt, retry_headers)
             # The message is already redacted and free of the key (see error()).
@@ -295,10 +294,3 @@ def error_text(data: Any) -> str | None:
     if isinstance(error, str):
         return error
     return None
-
-
-def _retryable(error: ProviderError) -> bool:
-    status = error.http_status
-    if status is None:  # the connection could not be opened: nothing was sent
-        return True
-    return status in _RETRYABLE_STATUS or status >= 500
