@@ -4,10 +4,11 @@ Both HTTP adapters (Anthropic, OpenAI-compatible) go through
 :class:`ProviderHTTP`, so the rules live in one place:
 
 * **Retries** (OMA's rule, :func:`~oma_bridge.errors.is_retryable`): HTTP
-  408, 409, 429 and 5xx, and a connection that could not be opened, are retried with bounded
-  exponential backoff; ``retry-after-ms`` / ``retry-after`` from the provider
-  wins when present (capped).  Other 4xx fail at once.  A stream that already
-  delivered bytes is never retried: its tokens were shown to the caller.
+  408, 409, 429 and 5xx, and a connection that could not be opened, are
+  retried with bounded exponential backoff; ``retry-after-ms`` /
+  ``retry-after`` from the provider wins when present (capped).  Other 4xx
+  fail at once.  A stream that already delivered bytes is never retried:
+  its tokens were shown to the caller.
 * **Timeouts**: ``call_timeout`` bounds every wait for the provider (the
   connection, the headers, each next piece of the body), so a stalled stream
   ends with :class:`~oma_bridge.errors.LLMCallTimeoutError` while a long but
