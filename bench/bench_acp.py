@@ -8,7 +8,9 @@ the same run, in alternating rounds so a noisy neighbour hits both alike:
   client: ``spawn_agent_process`` + ``ClientSideConnection.prompt``, with a
   ``session_update`` callback that counts the chunks;
 * **oma-bridge**: ``Agent.stream(prompt)`` with ``AcpConfig``, counting the
-  ``text`` events the consumer receives.
+  ``text`` events the consumer receives;
+* **diagnostic**: ``AcpBackend.run`` with an ``emit`` that only counts: the
+  ACP layer alone, without the agent's relay to a stream consumer.
 
 Each side keeps its agent process and session across rounds (spawn is not
 measured).  Reported: chunks per second (median and best round) and the ratio
@@ -31,8 +33,11 @@ import acp
 import anyio
 from _util import machine, print_table
 
-from oma_bridge.acp import AcpConfig
+from oma_bridge.acp import AcpBackend, AcpConfig
 from oma_bridge.agent import Agent, AgentConfig
+from oma_bridge.backend import RunContext
+from oma_bridge.messages import text_message
+from oma_bridge.results import StreamEvent
 
 AGENT = Path(__file__).resolve().parent.parent / "tests" / "agents" / "acp_chunk_agent.py"
 
@@ -57,12 +62,9 @@ class CountingClient:
 async def main(chunks: int, rounds: int) -> None:
     prompt = f"go {chunks}"
     client = CountingClient()
-    agent = Agent(
-        AgentConfig(
-            name="bench",
-            backend=AcpConfig(command=sys.executable, args=(str(AGENT),), fs="none"),
-        )
-    )
+    config = AcpConfig(command=sys.executable, args=(str(AGENT),), fs="none")
+    agent = Agent(AgentConfig(name="bench", backend=config))
+    backend = AcpBackend(config, agent_name="bench")
     async with acp.spawn_agent_process(client, sys.executable, str(AGENT)) as (conn, _process):
         await conn.initialize(protocol_version=1)
         session = await conn.new_session(cwd=str(Path.cwd()), mcp_servers=[])
@@ -81,9 +83,20 @@ async def main(chunks: int, rounds: int) -> None:
                     assert event.data.success, event.data.output
             assert received == chunks, received
 
+        async def backend_turn() -> None:
+            received = 0
+
+            async def count(event: StreamEvent) -> None:
+                nonlocal received
+                received += event.type == "text"
+
+            await backend.run(RunContext("bench", "bench", [text_message(prompt)], None, count))
+            assert received == chunks, received
+
         contenders: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("baseline: official Python SDK client (agent-client-protocol)", sdk_turn),
             ("oma-bridge: Agent.stream, ACP backend", bridge_turn),
+            ("diagnostic: AcpBackend.run, counting emit", backend_turn),
         ]
         try:
             for _, turn in contenders:
@@ -96,6 +109,7 @@ async def main(chunks: int, rounds: int) -> None:
                     out.append(chunks / (time.perf_counter() - start))
         finally:
             await agent.close()
+            await backend.aclose()
     baseline = statistics.median(samples[0])
     rows = []
     for (name, _), out in zip(contenders, samples, strict=True):
