@@ -168,7 +168,7 @@ class Agent:
         self._state = AgentState()
         self._backend: Backend | None = None
         self._runs: dict[str, _Run] = {}
-        self._streams: set[asyncio.Task[None]] = set()
+        self._streams: dict[asyncio.Task[None], _StreamOutcome] = {}
         self._prompt_lock = anyio.Lock()
         self._closed = False
 
@@ -300,10 +300,12 @@ class Agent:
         """Cancel live runs and dispose of the backend (its processes end)."""
         self._closed = True
         self.cancel()
-        for task in list(self._streams):
-            task.cancel()
+        for task, outcome in list(self._streams.items()):
+            outcome.stop(task)
         if self._streams:
-            await asyncio.wait(list(self._streams))
+            # Shielded: the backends' own stop (SIGTERM, grace, SIGKILL) must finish.
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait(list(self._streams))
         backend, self._backend = self._backend, None
         if backend is not None:
             with anyio.CancelScope(shield=True):
@@ -542,9 +544,23 @@ class _HookFailed(Exception):
 
 @dataclass
 class _StreamOutcome:
-    """What a stream's producer leaves for its consumer."""
+    """What a stream's producer shares with its consumer: its result, its scope."""
 
     result: AgentRunResult | None = None
+    #: The producer's cancel scope, set once it runs.
+    scope: anyio.CancelScope | None = None
+
+    def stop(self, task: asyncio.Task[None]) -> None:
+        """End the producer through its cancel scope, so shielded clean-up runs whole.
+
+        A native ``task.cancel()`` would break through the backends' shielded
+        stops (a process would lose its SIGTERM grace); it is used only for a
+        producer that has not started, which has nothing to clean up.
+        """
+        if self.scope is not None:
+            self.scope.cancel()
+        elif not task.done():
+            task.cancel()
 
 
 class RunStream:
@@ -599,8 +615,9 @@ class RunStream:
             self._agent, messages, self.run_id, self._send, self._outcome, self._permission_handler
         )
         self._task = asyncio.get_running_loop().create_task(producer)
-        self._agent._streams.add(self._task)
-        self._task.add_done_callback(self._agent._streams.discard)
+        streams = self._agent._streams
+        streams[self._task] = self._outcome
+        self._task.add_done_callback(lambda task: streams.pop(task, None))
 
     async def _finish(self) -> None:
         task = self._task
@@ -618,8 +635,9 @@ class RunStream:
         self._messages = None
         task = self._task
         if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait([task])
+            self._outcome.stop(task)
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([task])
         self._receive.close()
 
     async def __aenter__(self) -> RunStream:
@@ -633,7 +651,7 @@ class RunStream:
         # must not outlive its stream, so its task is cancelled here.
         task = self._task
         if task is not None and not task.done():
-            task.cancel()
+            self._outcome.stop(task)
 
 
 def _error_event(name: str | None, message: str, code: str | None) -> StreamEvent:
@@ -652,6 +670,18 @@ async def _produce(
     permission_handler: PermissionHandler | None,
 ) -> None:
     """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook)."""
+    with anyio.CancelScope() as outcome.scope:
+        await _produce_events(agent, messages, run_id, send, outcome, permission_handler)
+
+
+async def _produce_events(
+    agent: Agent,
+    messages: list[LLMMessage],
+    run_id: str,
+    send: MemoryObjectSendStream[StreamEvent],
+    outcome: _StreamOutcome,
+    permission_handler: PermissionHandler | None,
+) -> None:
     async with send:
         try:
             result = await agent.execute(

@@ -115,21 +115,7 @@ async def test_sigterm_with_live_runs_of_every_kind(folder: Path) -> None:
 GRACEFUL_CHILD = Path(__file__).with_name("graceful_child.py")
 
 
-@pytest.mark.parametrize(
-    "method",
-    [
-        "agent/run",
-        pytest.param(
-            "agent/stream",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="agent.py: RunStream.aclose and Agent.close cancel the producer task "
-                "natively (task.cancel), which pierces the process backend's shielded stop; "
-                "the child is SIGKILLed without its grace",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("method", ["agent/run", "agent/stream"])
 async def test_sigterm_gives_a_running_process_its_grace(folder: Path, method: str) -> None:
     marker = folder / "marker"
     agents = f"""
