@@ -19,7 +19,6 @@ The service owns the agents clients open and the runs they start:
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +41,7 @@ from ..orchestrator import OpenMultiAgent
 from ..results import AgentRunResult
 from .config import AcpProfile, LlmProfile, ProcessProfile, ServerConfig
 from .methods import MethodRegistry, forbidden, not_found, parse_params
+from .params import NoParams
 from .paths import default_state_dir
 from .profiles import agent_profile_info, profile_agent_config
 from .session import Session
@@ -245,8 +245,9 @@ class AgentService:
             update["system_prompt"] = overrides.systemPrompt
         if overrides.maxTurns is not None:
             update["max_turns"] = overrides.maxTurns
-        if overrides.timeoutMs is not None:
-            update["timeout_ms"] = overrides.timeoutMs
+        if overrides.timeoutMs is not None:  # narrows the profile's limit, never widens it
+            limits = [t for t in (base.timeout_ms, overrides.timeoutMs) if t is not None]
+            update["timeout_ms"] = min(limits)
         if overrides.maxTokenBudget is not None:
             ceilings = [
                 b for b in (base.max_token_budget, overrides.maxTokenBudget) if b is not None
@@ -617,6 +618,7 @@ class AgentService:
         return run.cancel() if run.cancel is not None else False
 
     async def status(self, session: Session, params: Any) -> dict[str, Any]:
+        parse_params(NoParams, params)
         status = {
             "version": __version__,
             "uptimeS": round(time.time() - self.started, 3),
@@ -647,26 +649,28 @@ class AgentService:
         return status
 
     def _live_processes(self) -> list[dict[str, Any]]:
-        """Every live descendant of the daemon that runs for an agent (§11.15)."""
+        """Every live child the daemon started for an agent (§11.15).
+
+        The supervisor knows its children, so no scan of ``/proc`` is needed
+        (psutil's recursive ``children()`` reads every process on the
+        machine); each child's environment says whose it is.
+        """
+        from ..process.supervisor import default_supervisor
+
         running = {
             run.agent_id: run.run_id
             for run in self.runs.values()
             if run.agent_id is not None and run.started_at is not None
         }
         processes: list[dict[str, Any]] = []
-        try:
-            children = psutil.Process(os.getpid()).children(recursive=True)
-        except psutil.Error:
-            return processes
-        for child in children:
+        for child in default_supervisor().live():
             try:
-                env = child.environ()
-                rss = child.memory_info().rss
+                process = psutil.Process(child.pid)
+                env = process.environ()
+                rss = process.memory_info().rss
             except psutil.Error:
-                continue  # gone meanwhile, or not ours to read
+                continue  # gone meanwhile
             agent_id, run_id = env.get(AGENT_ID_VARIABLE), env.get(RUN_ID_VARIABLE)
-            if agent_id is None and run_id is None:
-                continue  # not an agent's process (the supervisor's watchdog, say)
             entry: dict[str, Any] = {"pid": child.pid, "agentId": agent_id, "rssBytes": rss}
             hosted = self.agents.get(agent_id) if agent_id else None
             if run_id is None and hosted is not None and hosted.agent.kind == "process":
