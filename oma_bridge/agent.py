@@ -222,7 +222,9 @@ class Agent:
         validate_content_blocks(prompt_input)
         if self.external:
             raise boundary_structured_error(self.kind)
-        return {"role": "user", "content": copy_messages(prompt_input)}  # type: ignore[arg-type]
+        # Copied inside its message, so that a refusal names messages[0].content[j]...
+        turn: LLMMessage = {"role": "user", "content": prompt_input}  # type: ignore[typeddict-item]
+        return copy_messages([turn])[0]  # type: ignore[no-any-return]
 
     # -- public API ----------------------------------------------------------
 

@@ -413,6 +413,12 @@ def validate_content_blocks(blocks: object) -> None:
 #: deeper input could be accepted here only to fail later, far from its cause.
 MAX_NESTING_DEPTH = 200
 
+#: Most containers one copy may create.  Shared sub-lists (``x = [x, x]``, n
+#: times over) expand into 2**n containers in a JSON tree; without a bound
+#: such an input would hang the copy, or later its encoding.
+MAX_CONTAINERS = 1_000_000
+
+_TOO_MANY = f"holds more than {MAX_CONTAINERS:,} objects and arrays once expanded"
 _CLONEABLE = (
     "messages must contain cloneable structured data (strings, arrays, and plain data objects)"
 )
@@ -430,20 +436,23 @@ class _Refusal(Exception):
 _ATOMS = frozenset({str, int, bool, type(None)})
 
 
-def _copy_value(value: Any, depth: int) -> Any:
+def _copy_value(value: Any, depth: int, budget: list[int]) -> Any:
     # The hot path of every input and history: a container is copied in C
     # (dict.copy, list) and only its non-atomic items are visited again.
     kind = type(value)
     if kind is dict:
         if depth >= MAX_NESTING_DEPTH:
             raise _Refusal(f"nests deeper than {MAX_NESTING_DEPTH} levels")
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _Refusal(_TOO_MANY)
         out = value.copy()
         for key, item in value.items():
             if type(key) is not str:
                 raise _Refusal(f"has a non-string key of type {type(key).__name__}")
             if type(item) not in _ATOMS:
                 try:
-                    out[key] = _copy_value(item, depth + 1)
+                    out[key] = _copy_value(item, depth + 1, budget)
                 except _Refusal as refusal:
                     refusal.segments.append(key)
                     raise
@@ -451,12 +460,15 @@ def _copy_value(value: Any, depth: int) -> Any:
     if kind is list or kind is tuple:
         if depth >= MAX_NESTING_DEPTH:
             raise _Refusal(f"nests deeper than {MAX_NESTING_DEPTH} levels")
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _Refusal(_TOO_MANY)
         copied = list(value)
         index = 0  # cheaper than enumerate's tuple per item
         for item in value:
             if type(item) not in _ATOMS:
                 try:
-                    copied[index] = _copy_value(item, depth + 1)
+                    copied[index] = _copy_value(item, depth + 1, budget)
                 except _Refusal as refusal:
                     refusal.segments.append(index)
                     raise
@@ -468,10 +480,10 @@ def _copy_value(value: Any, depth: int) -> Any:
         if math.isfinite(value):
             return value
         raise _Refusal(f"is a non-finite number ({value})")
-    return _copy_subclass(value, depth)
+    return _copy_subclass(value, depth, budget)
 
 
-def _copy_subclass(value: Any, depth: int) -> Any:
+def _copy_subclass(value: Any, depth: int, budget: list[int]) -> Any:
     """The slow path: subclasses of JSON types become the plain type."""
     if isinstance(value, str):
         return str.__str__(value)
@@ -480,11 +492,11 @@ def _copy_subclass(value: Any, depth: int) -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        return _copy_value(float(value), depth)
+        return _copy_value(float(value), depth, budget)
     if isinstance(value, dict):
-        return _copy_value(dict(value), depth)
+        return _copy_value(dict(value), depth, budget)
     if isinstance(value, _ARRAY):
-        return _copy_value(list(value), depth)
+        return _copy_value(list(value), depth, budget)
     raise _Refusal(f"is not JSON data ({_describe(value)})")
 
 
@@ -528,7 +540,7 @@ def copy_messages(messages: Sequence[Any]) -> list[Any]:
     path and the reason.
     """
     try:
-        copied = _copy_value(messages, 0)
+        copied = _copy_value(messages, 0, [MAX_CONTAINERS])
     except _Refusal as refusal:
         segments = refusal.segments[::-1]
         problem = refusal.problem
@@ -536,6 +548,8 @@ def copy_messages(messages: Sequence[Any]) -> list[Any]:
             cycle_end = _cycle_end(messages, segments)
             if cycle_end is not None:
                 segments, problem = segments[:cycle_end], "is a reference cycle"
+        elif problem is _TOO_MANY:
+            segments = []  # the whole input is too large, not the place where counting stopped
         path = _path_of(segments)
         raise InvalidMessageError(f"{_CLONEABLE}: {path} {problem}", path=path) from None
     if not isinstance(copied, list):

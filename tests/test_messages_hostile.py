@@ -301,3 +301,40 @@ def test_guard_and_copy_never_touch_the_input() -> None:
     before = copy.deepcopy(messages)
     guard_and_copy(messages)
     assert messages == before
+
+
+def test_shared_sublists_that_expand_exponentially_are_refused_quickly() -> None:
+    from oma_bridge.messages import MAX_CONTAINERS
+
+    shared: list[Any] = []
+    for _ in range(60):
+        shared = [shared, shared]  # 2**60 containers once written out as JSON
+    # Unbounded, this would never finish; pytest-timeout guards against a hang.
+    with pytest.raises(InvalidMessageError) as caught:
+        copy_messages(
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_use", "id": "1", "name": "n", "input": {"x": shared}}
+                    ],
+                }
+            ]
+        )
+    assert str(caught.value) == (
+        "messages must contain cloneable structured data (strings, arrays, and plain data "
+        f"objects): messages holds more than {MAX_CONTAINERS:,} objects and arrays once expanded"
+    )
+    assert caught.value.path == "messages"
+    # Moderate sharing is fine: each place gets its own copy.
+    small: list[Any] = []
+    for _ in range(8):
+        small = [small, small]
+    message = {
+        "role": "user",
+        "content": [{"type": "tool_use", "id": "1", "name": "n", "input": {"x": small}}],
+    }
+    copied = copy_messages([message])
+    assert copied == [message]
+    first, second = copied[0]["content"][0]["input"]["x"]
+    assert first == second and first is not second

@@ -334,3 +334,15 @@ async def test_close_disposes_backend_once_created() -> None:
     assert journal.closed == 1
     with pytest.raises(RuntimeError, match="closed"):
         await agent.run("y")
+
+
+async def test_prompt_copy_refusal_names_the_block_path() -> None:
+    agent, _ = make_agent()
+    blocks = [
+        {"type": "text", "text": "x"},
+        {"type": "tool_use", "id": "1", "name": "f", "input": {"bad": {1, 2}}},
+    ]
+    with pytest.raises(InvalidMessageError) as caught:
+        await agent.prompt(blocks)
+    assert caught.value.path == "messages[0].content[1].input.bad"
+    assert agent.get_history() == []
