@@ -231,6 +231,35 @@ def is_canonical_base64(data: str) -> bool:
     return True
 
 
+#: Large payloads found canonical, remembered so that the same image is not
+#: scanned again on every turn (a history is guarded at each run, and again at
+#: each provider call of a tool loop).  Keyed by the string itself: a lookup
+#: costs one hash (cached by CPython in the string) and, for the very object
+#: seen before, an identity check.  Bounded by total size, oldest out first.
+_REMEMBER_FROM = 64 * 1024
+_REMEMBER_AT_MOST = 16 * 1024 * 1024
+_remembered: dict[str, None] = {}
+_remembered_size = 0
+
+
+def _canonical_base64_remembered(data: str) -> bool:
+    global _remembered_size
+    if len(data) < _REMEMBER_FROM:
+        return is_canonical_base64(data)
+    if data in _remembered:
+        return True
+    if not is_canonical_base64(data):
+        return False
+    if len(data) <= _REMEMBER_AT_MOST:
+        _remembered[data] = None
+        _remembered_size += len(data)
+        while _remembered_size > _REMEMBER_AT_MOST:
+            oldest = next(iter(_remembered))
+            del _remembered[oldest]
+            _remembered_size -= len(oldest)
+    return True
+
+
 # --------------------------------------------------------------------------
 # The checks of tool results and media sources: open-multi-agent's, verbatim
 
@@ -250,7 +279,7 @@ def _check_source(source: object, path: str, *, allow_url: bool) -> None:
         data = source.get("data")
         if not isinstance(data, str) or not data:
             raise _invalid(f"{path}.data", "must be a non-empty string")
-        if not is_canonical_base64(data):
+        if not _canonical_base64_remembered(data):
             raise _invalid(f"{path}.data", "must contain raw base64 data")
     elif kind == "url" and allow_url:
         _check_url(source.get("url"), f"{path}.url")

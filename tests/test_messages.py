@@ -719,3 +719,25 @@ def test_copy_depth_limit_is_exact() -> None:
     with pytest.raises(InvalidMessageError) as caught:
         copy_messages(nested(MAX_NESTING_DEPTH + 1))
     assert str(caught.value).endswith(f"nests deeper than {MAX_NESTING_DEPTH} levels")
+
+
+def test_validated_large_payloads_are_remembered_within_a_bound() -> None:
+    import oma_bridge.messages as messages_module
+
+    def image(data: str) -> list[dict[str, Any]]:
+        source = {"type": "base64", "media_type": "image/png", "data": data}
+        return [{"role": "user", "content": [{"type": "image", "source": source}]}]
+
+    big = "QUFB" * (messages_module._REMEMBER_FROM // 4)
+    validate_messages(image(big))
+    assert big in messages_module._remembered
+    broken = big[:-4] + "QR=="  # non-zero spare bits: never remembered, always refused
+    for _ in range(2):
+        with pytest.raises(InvalidMessageError, match="must contain raw base64 data"):
+            validate_messages(image(broken))
+    assert broken not in messages_module._remembered
+    step = messages_module._REMEMBER_AT_MOST // 4
+    for index in range(6):
+        validate_messages(image(chr(ord("A") + index) * 4 + "QUFB" * (step // 4)))
+    assert messages_module._remembered_size <= messages_module._REMEMBER_AT_MOST
+    assert big not in messages_module._remembered  # the oldest went first
