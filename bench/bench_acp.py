@@ -8,7 +8,9 @@ the same run, in alternating rounds so a noisy neighbour hits both alike:
   client: ``spawn_agent_process`` + ``ClientSideConnection.prompt``, with a
   ``session_update`` callback that counts the chunks;
 * **oma-bridge**: ``Agent.stream(prompt)`` with ``AcpConfig``, counting the
-  ``text`` events the consumer receives;
+  chunks in the ``text`` events the consumer receives (the texts of the
+  chunks that arrive in one read come as one event; each chunk's text is
+  ``chunk <n> ``);
 * **diagnostic**: ``AcpBackend.run`` with an ``emit`` that only counts: the
   ACP layer alone, without the agent's relay to a stream consumer.
 
@@ -78,7 +80,7 @@ async def main(chunks: int, rounds: int) -> None:
             received = 0
             async for event in agent.stream(prompt):
                 if event.type == "text":
-                    received += 1
+                    received += event.data.count("chunk ")
                 elif event.type == "done":
                     assert event.data.success, event.data.output
             assert received == chunks, received
@@ -88,7 +90,8 @@ async def main(chunks: int, rounds: int) -> None:
 
             async def count(event: StreamEvent) -> None:
                 nonlocal received
-                received += event.type == "text"
+                if event.type == "text":
+                    received += event.data.count("chunk ")
 
             await backend.run(RunContext("bench", "bench", [text_message(prompt)], None, count))
             assert received == chunks, received

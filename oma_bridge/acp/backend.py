@@ -191,9 +191,11 @@ class AcpBackend:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._cancel_turn(live, call)
+                await turn.flush()  # the partial output reaches the stream
             raise
         except (WireError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             failure = exc  # the prompt could not even be written
+        await turn.flush()
         if failure is not None:
             raise await self._turn_failed(live, failure)
         if turn.emit_error is not None:
@@ -445,13 +447,28 @@ class AcpBackend:
                     await live.peer.answer_pending(self._cancelled_answer(live.peer))
 
     def _make_peer(self, process: AgentProcess) -> Peer:
+        # Text chunks are joined per read (see Turn.flush): flush before
+        # waiting on the agent, and before anything but an update.
+        process.messages.before_wait = self._flush_text
+
+        async def receive() -> object | None:
+            message = await process.receive()
+            if not (isinstance(message, dict) and message.get("method") == "session/update"):
+                await self._flush_text()
+            return message
+
         return Peer(
             process.send_line,
-            process.receive,
+            receive,
             on_request=self._on_request,
             on_notification=self._on_notification,
             on_invalid=self._on_invalid,
         )
+
+    async def _flush_text(self) -> None:
+        turn = self._turn
+        if turn is not None and not turn.finished:
+            await turn.flush()
 
     def _on_invalid(self, event: Event) -> None:
         logger.warning("ACP agent %s: %s message: %s", self.label, event.kind, event.detail)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import anyio
 import anyio.abc
@@ -68,6 +68,10 @@ class LineReader:
         self._scan_from = 0
         self._eof = False
 
+    def has_line(self) -> bool:
+        """Whether a whole line is buffered, so :meth:`readline` returns without waiting."""
+        return self._buffer.find(b"\n", self._scan_from) >= 0 or (self._eof and bool(self._buffer))
+
     async def readline(self) -> bytes | None:
         """The next line without its terminator, or ``None`` at end of input.
 
@@ -110,9 +114,14 @@ class MessageReader:
         self._bad_in_a_row = 0
         #: Lines skipped since the start, for diagnostics and tests.
         self.bad_lines = 0
+        #: Awaited whenever the next read would wait on the agent (the
+        #: connection flushes held-back text there).
+        self.before_wait: Callable[[], Awaitable[None]] | None = None
 
     async def receive(self) -> object | None:
         while True:
+            if self.before_wait is not None and not self._lines.has_line():
+                await self.before_wait()
             line = await self._lines.readline()
             if line is None:
                 return None

@@ -3,7 +3,13 @@
 The mapping follows the reference (oma-semantics.md §10) and adds what a
 stream consumer needs:
 
-* ``agent_message_chunk`` text -> ``text`` events, appended to ``output``;
+* ``agent_message_chunk`` text -> ``text`` events, appended to ``output``.
+  The texts of consecutive chunks that arrive in one read are joined into
+  one event (:meth:`Turn.flush`), as the LLM layer joins the deltas of a
+  read: every event crosses the agent's relay (and, in the daemon, a
+  WebSocket frame), which costs far more than parsing a chunk.  A live agent
+  whose chunks come a read apiece still gives one event per chunk; joined,
+  the events always equal ``output`` (PROTOCOL.md §11.26);
 * ``agent_thought_chunk`` text -> ``reasoning`` events;
 * ``tool_call`` / ``tool_call_update`` -> :class:`ToolCallRecord` when a
   call completes or fails (and the raw update as an ``update`` event);
@@ -84,6 +90,8 @@ class Turn:
     #: The first error the stream consumer raised; the turn's events stop there.
     emit_error: Exception | None = None
     _calls: dict[str, _Call] = field(default_factory=dict)
+    #: Chunk texts read but not yet emitted (see :meth:`flush`).
+    _pending: list[str] = field(default_factory=list)
 
     @property
     def output(self) -> str:
@@ -95,6 +103,24 @@ class Turn:
             return
         try:
             await self._on_update(update)
+        except Exception as exc:
+            self.emit_error = exc
+
+    async def flush(self) -> None:
+        """Emit the chunk texts held back as one ``text`` event.
+
+        The connection calls it before it waits for more input and before
+        anything but a ``session/update`` is handled, so no text waits on the
+        agent, and every text is out before the turn's answer is.
+        """
+        if not self._pending:
+            return
+        text = "".join(self._pending)
+        self._pending.clear()
+        if self.emit_error is not None:
+            return
+        try:
+            await self.emit(StreamEvent("text", text))
         except Exception as exc:
             self.emit_error = exc
 
@@ -111,9 +137,10 @@ class Turn:
             text = _content_text(update)
             if text is not None:
                 self.output_parts.append(text)
-                await self.emit(StreamEvent("text", text))
+                self._pending.append(text)
                 return
-        elif kind == "agent_thought_chunk":
+        await self.flush()  # every other event keeps its place after the text before it
+        if kind == "agent_thought_chunk":
             text = _content_text(update)
             if text is not None:
                 await self.emit(StreamEvent("reasoning", text))

@@ -332,3 +332,11 @@ async def test_a_failing_stream_consumer_fails_the_run_not_the_agent(tmp_path: P
         assert outcome.output == "echo fine" and backend.pid == pid
     finally:
         await backend.aclose()
+
+
+async def test_text_is_joined_per_read_but_never_held_back(tmp_path: Path) -> None:
+    config = fault_config(tmp_path, "acp_fault_agent.py", "drip")
+    outcome, rec = await _one(config, "go")
+    # Chunks 100 ms apart are one event each; the burst arrives in one read.
+    assert rec.of("text") == ["a", "b", "c", "xyz"]
+    assert outcome.output == "abcxyz"

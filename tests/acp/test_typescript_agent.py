@@ -54,7 +54,7 @@ async def test_typescript_agent_streams_shares_session_and_asks(tmp_path: Path) 
         with anyio.fail_after(30):
             first, rec = await run_text(backend, "echo from node", system_prompt="Sys.")
             assert first.output == "Sys.\n\necho from node"
-            assert "".join(rec.of("text")) == first.output and len(rec.of("text")) > 1
+            assert "".join(rec.of("text")) == first.output
             session = backend.session_id
             second, _ = await run_text(backend, "tools")
             assert second.output == "permission:ao"

@@ -127,6 +127,7 @@ async def test_turn_maps_updates_and_tool_calls() -> None:
     ]
     for update in updates:
         await turn.on_update(update)
+    await turn.flush()
     assert turn.output == "ab" and turn.last_used == 5
     first, second = turn.tool_calls
     assert (first.tool_name, first.input) == ("Read", {"p": 1})
@@ -167,3 +168,21 @@ def test_terminal_truncation_at_character_boundaries() -> None:
     assert _trim_to_limit(data, 6) and data.decode() == "😀"  # never half a "€"
     data = bytearray(b"abc")
     assert not _trim_to_limit(data, 3) and data == b"abc"
+
+
+async def test_consecutive_chunks_are_joined_until_flushed() -> None:
+    events: list[StreamEvent] = []
+
+    async def emit(event: StreamEvent) -> None:
+        events.append(event)
+
+    turn = Turn(1, emit, prompting=True)
+    for text in ("a", "b", "c"):
+        await turn.on_update(
+            {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+        )
+    assert events == []
+    await turn.flush()
+    await turn.flush()
+    assert [(e.type, e.data) for e in events] == [("text", "abc")]
+    assert turn.output == "abc"

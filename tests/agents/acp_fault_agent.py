@@ -12,6 +12,7 @@ Modes:
               (and removes it)
   withdraw    asks for permission, then withdraws the request with $/cancel_request
   legacymodel offers no config options; serves session/set_model
+  drip        sends three chunks 100 ms apart, then a burst of three
   orphan      asks for permission and ends the turn without waiting for the answer;
               the next turn reports the answer it got
 """
@@ -117,6 +118,30 @@ def main() -> None:
                 else:
                     chunk(sid, f"orphan answer: {json.dumps(state.get('orphan'))}")
                 send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+                continue
+            if MODE == "drip":
+                for text in ("a", "b", "c"):
+                    chunk(sid, text)
+                    time.sleep(0.1)
+                burst = [
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "session/update",
+                        "params": {
+                            "sessionId": sid,
+                            "update": {
+                                "sessionUpdate": "agent_message_chunk",
+                                "content": {"type": "text", "text": text},
+                            },
+                        },
+                    }
+                    for text in ("x", "y", "z")
+                ]
+                burst.append(
+                    {"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}}
+                )
+                sys.stdout.write("".join(json.dumps(m) + "\n" for m in burst))  # one write
+                sys.stdout.flush()
                 continue
             if MODE == "legacymodel":
                 chunk(sid, f"model={state['model']}")
