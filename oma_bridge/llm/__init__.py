@@ -71,7 +71,9 @@ PROVIDERS = ("anthropic", "openai", "echo")
 DEFAULT_CALL_TIMEOUT_MS = 120_000
 
 _LABELS = {"anthropic": "Anthropic", "openai": "OpenAI-compatible"}
-_DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+#: The variable a provider's key is read from when ``api_key_env`` is unset.
+DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+_DEFAULT_KEY_ENV = DEFAULT_KEY_ENV
 
 
 def create_adapter(config: AgentConfig, *, retry: RetryPolicy | None = None) -> LLMAdapter:

@@ -221,6 +221,9 @@ class _ExternalProfile(_ProfileBase):
     command: NonEmptyStr
     args: tuple[StrictStr, ...] = ()
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    #: The daemon's secret variables this agent may still see (see
+    #: :meth:`ServerConfig.secret_variables`), taken from the daemon's environment.
+    pass_env: tuple[NonEmptyStr, ...] = ()
     cwd: Path | None = None
 
     @field_validator("command")
@@ -313,6 +316,23 @@ class ServerConfig(_Frozen):
     def error(self, key: str, problem: str) -> ConfigError:
         """A :class:`ConfigError` about ``key`` of this config (for checks made at start)."""
         return ConfigError(self._source, key, problem)
+
+    def secret_variables(self) -> frozenset[str]:
+        """The daemon's own secrets in its environment, kept from every agent process.
+
+        The token variable and the key variable of every LLM profile (its
+        ``api_key_env``, else the provider's default).  An external profile
+        lists in ``pass_env`` those it needs anyway (PROTOCOL §11.38).
+        """
+        from ..llm import DEFAULT_KEY_ENV
+
+        names = {"OMA_BRIDGE_TOKEN"}
+        for profile in self.agents.values():
+            if isinstance(profile, LlmProfile):
+                name = profile.api_key_env or DEFAULT_KEY_ENV.get(profile.provider)
+                if name:
+                    names.add(name)
+        return frozenset(names)
 
 
 _KINDS = ("llm", "process", "acp")

@@ -202,7 +202,7 @@ async def run_daemon(
     reaped = reap_leftovers(state_dir)
     if reaped:
         logger.warning("reaped the processes of %d earlier daemon(s) that died", reaped)
-    configure_supervisor(state_dir=state_dir)
+    configure_supervisor(state_dir=state_dir, hidden_variables=config.secret_variables())
     service = AgentService(config, orchestrator=orchestrator, state_dir=state_dir)
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
     # A start-up failure (ConfigError, StartupError) leaves as itself, not in a group.

@@ -13,6 +13,7 @@ backend config of external kinds and to ``timeout_ms`` of an LLM agent;
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,7 +57,12 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
     external: dict[str, Any] = {
         "command": profile.command,
         "args": profile.args,
-        "env": dict(profile.env),
+        # Secrets the profile asked for come from the daemon's environment;
+        # its own ``env`` entries win over them.
+        "env": {
+            **{name: os.environ[name] for name in profile.pass_env if name in os.environ},
+            **profile.env,
+        },
         "timeout_s": profile.timeout_s,
     }
     # The backends are imported when a profile of their kind is first built,
