@@ -8,11 +8,11 @@ the same run, in alternating rounds so a noisy neighbour hits both alike:
   client: ``spawn_agent_process`` + ``ClientSideConnection.prompt``, with a
   ``session_update`` callback that counts the chunks;
 * **oma-bridge**: ``Agent.stream(prompt)`` with ``AcpConfig``, counting the
-  chunks in the ``text`` events the consumer receives (the texts of the
-  chunks that arrive in one read come as one event; each chunk's text is
-  ``chunk <n> ``);
-* **diagnostic**: ``AcpBackend.run`` with an ``emit`` that only counts: the
-  ACP layer alone, without the agent's relay to a stream consumer.
+  chunks in the ``text`` events the consumer receives (each chunk's text is
+  ``chunk <n> ``): with the default one event per chunk, and with
+  ``coalesce_text=True`` (the texts of the chunks of one read in one event);
+* **diagnostic**: ``AcpBackend.run`` (one event per chunk) with an ``emit``
+  that only counts: the ACP layer alone, without the agent's relay.
 
 Each side keeps its agent process and session across rounds (spawn is not
 measured).  Reported: chunks per second (median and best round) and the ratio
@@ -65,7 +65,9 @@ async def main(chunks: int, rounds: int) -> None:
     prompt = f"go {chunks}"
     client = CountingClient()
     config = AcpConfig(command=sys.executable, args=(str(AGENT),), fs="none")
+    coalescing = config.model_copy(update={"coalesce_text": True})
     agent = Agent(AgentConfig(name="bench", backend=config))
+    coalescing_agent = Agent(AgentConfig(name="bench", backend=coalescing))
     backend = AcpBackend(config, agent_name="bench")
     async with acp.spawn_agent_process(client, sys.executable, str(AGENT)) as (conn, _process):
         await conn.initialize(protocol_version=1)
@@ -76,14 +78,17 @@ async def main(chunks: int, rounds: int) -> None:
             await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(prompt)])
             assert client.chunks == chunks, client.chunks
 
-        async def bridge_turn() -> None:
-            received = 0
-            async for event in agent.stream(prompt):
-                if event.type == "text":
-                    received += event.data.count("chunk ")
-                elif event.type == "done":
-                    assert event.data.success, event.data.output
-            assert received == chunks, received
+        def bridge_turn(agent: Agent) -> Callable[[], Awaitable[None]]:
+            async def turn() -> None:
+                received = 0
+                async for event in agent.stream(prompt):
+                    if event.type == "text":
+                        received += event.data.count("chunk ")
+                    elif event.type == "done":
+                        assert event.data.success, event.data.output
+                assert received == chunks, received
+
+            return turn
 
         async def backend_turn() -> None:
             received = 0
@@ -98,7 +103,8 @@ async def main(chunks: int, rounds: int) -> None:
 
         contenders: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("baseline: official Python SDK client (agent-client-protocol)", sdk_turn),
-            ("oma-bridge: Agent.stream, ACP backend", bridge_turn),
+            ("oma-bridge: Agent.stream (one event per chunk)", bridge_turn(agent)),
+            ("oma-bridge: Agent.stream, coalesce_text=True", bridge_turn(coalescing_agent)),
             ("diagnostic: AcpBackend.run, counting emit", backend_turn),
         ]
         try:
@@ -112,6 +118,7 @@ async def main(chunks: int, rounds: int) -> None:
                     out.append(chunks / (time.perf_counter() - start))
         finally:
             await agent.close()
+            await coalescing_agent.close()
             await backend.aclose()
     baseline = statistics.median(samples[0])
     rows = []

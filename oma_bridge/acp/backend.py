@@ -130,7 +130,7 @@ class AcpBackend:
             raise BackendError(f'ACP agent "{self.label}" is closed')
         async with self._lock:
             self._turn_counter += 1
-            turn = Turn(self._turn_counter, ctx.emit)
+            turn = Turn(self._turn_counter, ctx.emit, coalesce=self.config.coalesce_text)
             self._turn, self._ctx = turn, ctx
             try:
                 with anyio.move_on_after(self.config.timeout_s):

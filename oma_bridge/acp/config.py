@@ -46,6 +46,11 @@ class AcpConfig(BaseModel):
     permission_timeout_s: float | None = Field(default=None, gt=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
     timeout_s: float | None = Field(default=None, gt=0)
+    #: Join the texts of the ``agent_message_chunk`` updates that arrive in
+    #: one read into one ``text`` event (joined, events still equal the
+    #: output).  Off: one event per chunk, as OMA streams them.  On: far
+    #: fewer events to relay when an agent bursts (see docs/benchmarks.md).
+    coalesce_text: bool = False
     #: Ceiling of one stdout line (one JSON-RPC message).
     max_line_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
 

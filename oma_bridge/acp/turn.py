@@ -3,13 +3,14 @@
 The mapping follows the reference (oma-semantics.md §10) and adds what a
 stream consumer needs:
 
-* ``agent_message_chunk`` text -> ``text`` events, appended to ``output``.
-  The texts of consecutive chunks that arrive in one read are joined into
-  one event (:meth:`Turn.flush`), as the LLM layer joins the deltas of a
-  read: every event crosses the agent's relay (and, in the daemon, a
-  WebSocket frame), which costs far more than parsing a chunk.  A live agent
-  whose chunks come a read apiece still gives one event per chunk; joined,
-  the events always equal ``output`` (PROTOCOL.md §11.26);
+* ``agent_message_chunk`` text -> one ``text`` event per chunk (OMA's
+  behaviour), appended to ``output``.  With ``coalesce`` (the config's
+  ``coalesce_text``) the texts of consecutive chunks that arrive in one read
+  are joined into one event (:meth:`Turn.flush`), as the LLM layer joins
+  the deltas of a read: every event crosses the agent's relay (and, in the
+  daemon, a WebSocket frame), which costs far more than parsing a chunk.  A
+  live agent whose chunks come a read apiece still gives one event per
+  chunk; joined, the events always equal ``output`` (PROTOCOL.md §11.26);
 * ``agent_thought_chunk`` text -> ``reasoning`` events;
 * ``tool_call`` / ``tool_call_update`` -> :class:`ToolCallRecord` when a
   call completes or fails (and the raw update as an ``update`` event);
@@ -79,6 +80,8 @@ class Turn:
 
     number: int
     emit: Emit
+    #: Join the chunk texts of one read into one ``text`` event.
+    coalesce: bool = False
     #: ``False`` until the prompt is sent: updates before it (a ``session/load``
     #: replay, commands announced after ``session/new``) are forwarded raw only.
     prompting: bool = False
@@ -137,7 +140,10 @@ class Turn:
             text = _content_text(update)
             if text is not None:
                 self.output_parts.append(text)
-                self._pending.append(text)
+                if self.coalesce:
+                    self._pending.append(text)
+                else:
+                    await self.emit(StreamEvent("text", text))
                 return
         await self.flush()  # every other event keeps its place after the text before it
         if kind == "agent_thought_chunk":

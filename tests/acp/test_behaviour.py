@@ -334,8 +334,14 @@ async def test_a_failing_stream_consumer_fails_the_run_not_the_agent(tmp_path: P
         await backend.aclose()
 
 
-async def test_text_is_joined_per_read_but_never_held_back(tmp_path: Path) -> None:
-    config = fault_config(tmp_path, "acp_fault_agent.py", "drip")
+async def test_one_text_event_per_chunk_by_default(tmp_path: Path) -> None:
+    outcome, rec = await _one(fault_config(tmp_path, "acp_fault_agent.py", "drip"), "go")
+    assert rec.of("text") == ["a", "b", "c", "x", "y", "z"]
+    assert outcome.output == "abcxyz"
+
+
+async def test_coalesced_text_is_joined_per_read_but_never_held_back(tmp_path: Path) -> None:
+    config = fault_config(tmp_path, "acp_fault_agent.py", "drip", coalesce_text=True)
     outcome, rec = await _one(config, "go")
     # Chunks 100 ms apart are one event each; the burst arrives in one read.
     assert rec.of("text") == ["a", "b", "c", "xyz"]

@@ -176,7 +176,7 @@ async def test_consecutive_chunks_are_joined_until_flushed() -> None:
     async def emit(event: StreamEvent) -> None:
         events.append(event)
 
-    turn = Turn(1, emit, prompting=True)
+    turn = Turn(1, emit, prompting=True, coalesce=True)
     for text in ("a", "b", "c"):
         await turn.on_update(
             {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
