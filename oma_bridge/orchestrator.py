@@ -132,6 +132,7 @@ class _RunTracer:
         if self.llm_span is not None:
             await self._close(self.llm_span)
         for span in self.tools.values():
+            span.attributes["completed"] = False  # announced, never answered (a budget stop)
             await self._close(span)
         self.root.attributes.update(
             {
