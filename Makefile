@@ -26,5 +26,9 @@ serve: $(STAMP)
 bench: $(STAMP)
 	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
+soak: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,soak]'
+	$(BIN)/python bench/soak.py --minutes 30 --clients 20 --out bench/out/soak
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
