@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ProviderError
+from ..provider_keys import DEFAULT_KEY_ENV
 from .anthropic import AnthropicAdapter
 from .backend import LLMBackend
 from .echo import EchoAdapter
@@ -71,9 +72,6 @@ PROVIDERS = ("anthropic", "openai", "echo")
 DEFAULT_CALL_TIMEOUT_MS = 120_000
 
 _LABELS = {"anthropic": "Anthropic", "openai": "OpenAI-compatible"}
-#: The variable a provider's key is read from when ``api_key_env`` is unset.
-DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
-_DEFAULT_KEY_ENV = DEFAULT_KEY_ENV
 
 
 def create_adapter(config: AgentConfig, *, retry: RetryPolicy | None = None) -> LLMAdapter:
@@ -92,7 +90,7 @@ def create_adapter(config: AgentConfig, *, retry: RetryPolicy | None = None) -> 
             provider=provider,
         )
     key = ApiKey(
-        env_var=config.api_key_env or _DEFAULT_KEY_ENV[provider],
+        env_var=config.api_key_env or DEFAULT_KEY_ENV[provider],
         agent_name=config.name,
         required=provider == "anthropic" or bool(config.api_key_env) or not config.base_url,
     )

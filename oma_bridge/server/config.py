@@ -324,7 +324,7 @@ class ServerConfig(_Frozen):
         ``api_key_env``, else the provider's default).  An external profile
         lists in ``pass_env`` those it needs anyway (PROTOCOL §11.38).
         """
-        from ..llm import DEFAULT_KEY_ENV
+        from ..provider_keys import DEFAULT_KEY_ENV
 
         names = {"OMA_BRIDGE_TOKEN"}
         for profile in self.agents.values():
