@@ -23,8 +23,11 @@ Lifecycle (PROTOCOL.md §11.23, §11.32-36; oma-semantics.md §10 and D3-D9):
 Why the connection is pumped only while a run (or a start, or a cancel) waits
 on it: a backend outlives any one task, and anyio task groups cannot be kept
 open across calls.  Between runs nothing reads the agent's pipes; what it
-writes meanwhile waits in the pipe, and updates that arrive when no turn is
-prompting are forwarded raw (before a prompt) or dropped as late (after).
+writes meanwhile waits in the pipe.  Updates that arrive before the prompt
+is sent reach the run's stream raw, except message and tool updates (a
+``session/load`` replay, late ones of the previous turn); updates after the
+turn's answer are dropped as late.  stderr needs no reader: the supervisor
+drains it.
 """
 
 from __future__ import annotations
@@ -284,13 +287,16 @@ class AcpBackend:
 
     async def _start(self) -> _Live:
         config = self.config
-        process = await AgentProcess.spawn(
-            config.command,
-            config.args,
-            env=config.env,
-            cwd=str(self._cwd),
-            max_line_bytes=config.max_line_bytes,
-        )
+        try:
+            process = await AgentProcess.spawn(
+                config.command,
+                config.args,
+                env=config.env,
+                cwd=str(self._cwd),
+                max_line_bytes=config.max_line_bytes,
+            )
+        except OSError as exc:
+            raise BackendError(f'ACP agent "{self.label}" could not be started: {exc}') from exc
         live = _Live(process, self._make_peer(process))
         self._live = live
         try:

@@ -346,3 +346,9 @@ async def test_coalesced_text_is_joined_per_read_but_never_held_back(tmp_path: P
     # Chunks 100 ms apart are one event each; the burst arrives in one read.
     assert rec.of("text") == ["a", "b", "c", "xyz"]
     assert outcome.output == "abcxyz"
+
+
+async def test_a_missing_command_fails_the_run_clearly(tmp_path: Path) -> None:
+    config = AcpConfig(command=str(tmp_path / "no-such-agent"), cwd=tmp_path)
+    with pytest.raises(BackendError, match=r'^ACP agent "coder" could not be started: '):
+        await _one(config, "go")
