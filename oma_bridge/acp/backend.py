@@ -132,6 +132,8 @@ class AcpBackend:
         if self._closed:
             raise BackendError(f'ACP agent "{self.label}" is closed')
         async with self._lock:
+            if self._closed:
+                raise BackendError(f'ACP agent "{self.label}" is closed')
             self._turn_counter += 1
             turn = Turn(self._turn_counter, ctx.emit, coalesce=self.config.coalesce_text)
             self._turn, self._ctx = turn, ctx
@@ -146,13 +148,25 @@ class AcpBackend:
                 self._turn, self._ctx, self._cancelling = None, None, False
 
     async def aclose(self) -> None:
-        """End the agent's whole process tree (no process of it survives)."""
+        """End the agent's whole process tree (no process of it survives).
+
+        A run in flight loses its agent (its turn fails or ends at once); a
+        run still starting one notices the close and ends what it started,
+        and ``aclose`` waits for that (bounded by ``stop_grace_s`` + 2 s).
+        """
         self._closed = True
-        live, self._live = self._live, None
-        await self._terminals.close_all()
+        with anyio.CancelScope(shield=True):
+            await self._end_current()
+            with anyio.move_on_after(self.config.stop_grace_s + 2):
+                async with self._lock:
+                    pass
+            await self._end_current()
+
+    async def _end_current(self) -> None:
+        live = self._live
         if live is not None:
-            live.dead = True
-            await live.process.terminate(self.config.stop_grace_s)
+            await self._end(live)
+        await self._terminals.close_all()
 
     # -- one run -------------------------------------------------------------------
 
@@ -299,6 +313,9 @@ class AcpBackend:
             raise BackendError(f'ACP agent "{self.label}" could not be started: {exc}') from exc
         live = _Live(process, self._make_peer(process))
         self._live = live
+        if self._closed:  # closed while the spawn was under way
+            await self._end(live)
+            raise BackendError(f'ACP agent "{self.label}" is closed')
         try:
             async with self._serving(live):
                 await self._handshake(live)

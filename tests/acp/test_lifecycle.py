@@ -230,3 +230,32 @@ async def test_an_agent_that_died_while_idle_is_respawned_for_the_next_run(
         assert backend.pid != pid
     finally:
         await backend.aclose()
+
+
+async def test_close_during_start_up_leaves_no_process(tmp_path: Path) -> None:
+    marker = tmp_path / "slow"
+    marker.touch()
+    config = fault_config(
+        tmp_path, "acp_fault_agent.py", "slowinit", env={"ACP_SLOW_INIT": str(marker)}
+    )
+    backend = AcpBackend(config, agent_name="f")
+    errors: list[BaseException] = []
+    async with anyio.create_task_group() as group:
+
+        async def run() -> None:
+            try:
+                await run_text(backend, "go")
+            except BackendError as exc:
+                errors.append(exc)
+
+        group.start_soon(run)
+        with anyio.fail_after(10):
+            while backend.pid is None:  # noqa: ASYNC110 - waiting for the spawn
+                await anyio.sleep(0.01)
+        pid = backend.pid
+        with anyio.fail_after(10):
+            await backend.aclose()
+        assert not group_alive(pid)
+    assert len(errors) == 1
+    with pytest.raises(BackendError, match="is closed"):
+        await run_text(backend, "go")
