@@ -1,7 +1,8 @@
 """Process runs: ``Agent.run`` of a ``cat`` process agent against a bare spawn.
 
 Every run pipes a 1 KB prompt through ``cat``.  In the same run, in
-alternating rounds so a noisy neighbour hits every contender alike:
+rounds whose order is shuffled each time, so a noisy neighbour hits every
+contender alike:
 
 * **baseline**: ``asyncio.create_subprocess_exec("cat", ...)`` with three
   pipes, then ``communicate(prompt)``: the least a Python caller can do;
@@ -15,13 +16,14 @@ Reported: per-run milliseconds (median and best round) and their ratios to
 the baseline's (target for oma-bridge: <= 1.15x).  On a shared machine the
 best round is the steadier figure: a neighbour's burst only ever slows.
 
-Run: ``.venv/bin/python bench/bench_process.py [--runs 500] [--rounds 10]``
+Run: ``.venv/bin/python bench/bench_process.py [--runs 500] [--rounds 20]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import shutil
 import statistics
 import subprocess
@@ -70,12 +72,18 @@ async def main(runs: int, rounds: int) -> None:
     for _, fn in contenders:
         for _ in range(20):
             await fn()  # warm-up: imports, the watchdog, the first allocations
+    order = list(range(len(contenders)))
+    shuffle = random.Random(0).shuffle
     for _ in range(rounds):
-        for (_, fn), out in zip(contenders, samples, strict=True):
+        # A new order each round: under load, a fixed place in the round
+        # (right after a given neighbour) biased the medians by 20% and more.
+        shuffle(order)
+        for index in order:
+            fn = contenders[index][1]
             start = time.perf_counter()
             for _ in range(per_round):
                 await fn()
-            out.append((time.perf_counter() - start) / per_round)
+            samples[index].append((time.perf_counter() - start) / per_round)
     base_median, base_best = statistics.median(samples[0]), min(samples[0])
     rows = []
     for (name, _), out in zip(contenders, samples, strict=True):
