@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+import anyio.lowlevel
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oma_bridge.jsonrpc import RpcCore, id_key
+from oma_bridge.jsonrpc import Peer, RpcCore, id_key
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
 json_values = st.recursive(
@@ -105,3 +108,51 @@ def test_each_request_resolves_at_most_once_and_only_by_its_own_id(
     # Whatever was not resolved is still pending, and nothing else is.
     pending = {id_key(i) for i in core.pending_outgoing}
     assert pending == {id_key(s) for s in sent} - set(resolved)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 8),
+    st.randoms(use_true_random=False),
+    st.lists(garbage_envelopes, max_size=4),
+)
+def test_peer_resolves_each_request_with_its_own_answer(
+    count: int, rng: Any, junk: list[Any]
+) -> None:
+    """Answers in any order, with duplicates, unknown ids and junk between them."""
+
+    async def scenario() -> None:
+        sent: list[dict[str, Any]] = []
+        inbox = anyio.create_memory_object_stream[object](100)
+
+        async def send(data: bytes) -> None:
+            sent.append(orjson.loads(data))
+
+        async def receive() -> object:
+            return await inbox[1].receive()
+
+        async with Peer(send, receive) as peer:
+            results: dict[int, Any] = {}
+
+            async def ask(n: int) -> None:
+                results[n] = await peer.request("m", {"n": n})
+
+            async with anyio.create_task_group() as group:
+                for n in range(count):
+                    group.start_soon(ask, n)
+                while len([m for m in sent if m.get("method") == "m"]) < count:
+                    await anyio.lowlevel.checkpoint()
+                requests = [m for m in sent if m.get("method") == "m"]
+                answers: list[object] = [
+                    {"jsonrpc": "2.0", "id": m["id"], "result": m["params"]["n"]} for m in requests
+                ]
+                answers += [dict(a) for a in rng.sample(answers, k=len(answers) // 2)]  # dups
+                answers += [{"jsonrpc": "2.0", "id": 10_000 + i, "result": 0} for i in range(2)]
+                # Junk never forges an answer: an integer id could name a real request.
+                answers += [j for j in junk if not isinstance(j.get("id"), int)]
+                rng.shuffle(answers)
+                for answer in answers:
+                    await inbox[0].send(answer)
+            assert results == {n: n for n in range(count)}
+
+    anyio.run(scenario)
