@@ -135,6 +135,8 @@ class _Run:
     scope: anyio.CancelScope
     cancel_requested: bool = False
     partial: list[str] = field(default_factory=list)
+    #: Set when the run has fully ended, its backend's clean-up included.
+    ended: anyio.Event = field(default_factory=anyio.Event)
 
     def cancel(self) -> None:
         self.cancel_requested = True
@@ -301,6 +303,7 @@ class Agent:
     async def close(self) -> None:
         """Cancel live runs and dispose of the backend (its processes end)."""
         self._closed = True
+        live = list(self._runs.values())
         self.cancel()
         for task, outcome in list(self._streams.items()):
             outcome.stop(task)
@@ -308,6 +311,11 @@ class Agent:
             # Shielded: the backends' own stop (SIGTERM, grace, SIGKILL) must finish.
             with anyio.CancelScope(shield=True):
                 await asyncio.wait(list(self._streams))
+        # Runs awaited by other tasks end too before the backend goes, so that
+        # their processes are gone when close() returns (PROTOCOL §11.36).
+        with anyio.CancelScope(shield=True):
+            for run in live:
+                await run.ended.wait()
         backend, self._backend = self._backend, None
         if backend is not None:
             with anyio.CancelScope(shield=True):
@@ -373,6 +381,7 @@ class Agent:
         finally:
             current_run_id.reset(token)
             del self._runs[run.run_id]
+            run.ended.set()
         self._state.status = "completed" if result.success else "error"
         self._state.messages = copy_messages(result.messages)
         self._state.token_usage = TokenUsage(**result.token_usage.to_wire())

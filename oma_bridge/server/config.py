@@ -260,6 +260,10 @@ class AcpProfile(_ExternalProfile):
     # Kept as ACP ``McpServer`` objects; the ACP layer validates their shape.
     mcp_servers: tuple[dict[StrictStr, Any], ...] = ()
     cancel_grace_s: Annotated[StrictFloat, Field(ge=0)] = 10.0
+    #: Join the texts of chunks that arrive in one read into one ``text``
+    #: event (fewer, larger events; far higher relay throughput).  Off by
+    #: default: one event per ``agent_message_chunk``, as OMA streams them.
+    coalesce_text: StrictBool = False
 
 
 AgentProfile: TypeAlias = Annotated[

@@ -96,6 +96,7 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
         auth_method=profile.auth_method,
         mcp_servers=profile.mcp_servers,
         cancel_grace_s=profile.cancel_grace_s,
+        coalesce_text=profile.coalesce_text,
         stop_grace_s=server.stop_grace_s,
     )
     return AgentConfig(**common, backend=acp)

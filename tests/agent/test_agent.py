@@ -346,3 +346,19 @@ async def test_prompt_copy_refusal_names_the_block_path() -> None:
         await agent.prompt(blocks)
     assert caught.value.path == "messages[0].content[1].input.bad"
     assert agent.get_history() == []
+
+
+async def test_close_waits_for_runs_awaited_elsewhere() -> None:
+    agent, journal = make_agent(delay_s=0.2)
+    box: list[Any] = []
+
+    async def runner() -> None:
+        box.append(await agent.run("a b c d"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner)
+        await anyio.sleep(0.05)
+        await agent.close()
+        # The run's own clean-up finished before close() returned.
+        assert journal.finished_cleanup == 1
+    assert box[0].status.code == "cancelled"
