@@ -18,8 +18,10 @@ started by this connection ends) and the session's close callbacks run.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,6 +53,12 @@ __all__ = ["SUPPORTED_PROTOCOL_VERSIONS", "Gateway"]
 logger = logging.getLogger("oma_bridge.server")
 
 SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+
+
+#: errno values that mean the daemon is out of a resource for now.
+_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+OVERLOADED = -32001
+RETRY_AFTER_MS = 1000
 
 
 class Gateway:
@@ -147,6 +155,16 @@ class Gateway:
             return await handler(session, params)
         except WireError:
             raise
+        except OSError as error:
+            if error.errno not in _EXHAUSTED:
+                logger.exception("connection %s: %s failed", session.id, method)
+                raise WireError(INTERNAL_ERROR, "Internal error") from None
+            # Out of file descriptors or memory: not a bug, and it passes; say so.
+            reason = os.strerror(error.errno)
+            logger.warning("connection %s: %s refused: %s", session.id, method, reason)
+            raise WireError(
+                OVERLOADED, f"Overloaded: {reason}", {"retryAfterMs": RETRY_AFTER_MS}
+            ) from None
         except Exception:
             logger.exception("connection %s: %s failed", session.id, method)
             raise WireError(INTERNAL_ERROR, "Internal error") from None

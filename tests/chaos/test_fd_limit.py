@@ -105,13 +105,6 @@ async def test_fd_exhaustion_fails_clearly_and_recovers(folder: Path) -> None:
         assert "hello again" in recovered.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: agent/open imports the ACP backend on first use (server/profiles.py); "
-    "at EMFILE that import fails and the client gets -32603 'Internal error' "
-    "instead of a message naming the cause",
-)
 async def test_first_acp_open_at_the_fd_limit_fails_clearly(folder: Path) -> None:
     text = config_text(folder, server="max_connections = 500", agents=AGENTS)
     async with daemon_process(folder, text) as daemon, connect(discovery_dir=folder) as client:
