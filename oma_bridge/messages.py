@@ -19,11 +19,11 @@ the path, never a ``RecursionError`` or a hang.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Sequence
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
-from urllib.parse import urlsplit
 
 from .errors import InvalidMessageError
 
@@ -289,20 +289,50 @@ def _check_source(source: object, path: str, *, allow_url: bool) -> None:
         raise _invalid(f"{path}.type", 'must be "base64"')
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*$")
+#: Characters a WHATWG URL parser refuses in a host (besides C0 controls).
+_FORBIDDEN_HOST = frozenset(" #%/:<>?@[\\]^|")
+
+
 def _check_url(url: object, path: str) -> None:
+    """OMA's URL checks, parsed as JavaScript's ``new URL`` (WHATWG) parses them.
+
+    For http(s), slashes after the scheme are optional (``http:example.com``
+    is absolute), a backslash counts as a slash, and a host with a space or
+    a port above 65535 does not parse.
+    """
     if not isinstance(url, str) or not url:
         raise _invalid(path, "must be a non-empty string")
-    try:
-        parts = urlsplit(url.strip())
-    except ValueError:
-        raise _invalid(path, "must be an absolute HTTP(S) URL") from None
-    scheme = parts.scheme.lower()
-    if not scheme:
+    text = url.strip("".join(map(chr, range(0x21)))).translate(_TAB_AND_NEWLINE)
+    scheme, colon, rest = text.partition(":")
+    if not colon or not _SCHEME.match(scheme):
         raise _invalid(path, "must be an absolute HTTP(S) URL")
-    if scheme not in ("http", "https"):
+    if scheme.lower() not in ("http", "https"):
         raise _invalid(path, "must use HTTP or HTTPS")
-    if not parts.hostname:
+    if not _http_authority_parses(rest):
         raise _invalid(path, "must be an absolute HTTP(S) URL")
+
+
+_TAB_AND_NEWLINE = {ord("\t"): None, ord("\n"): None, ord("\r"): None}
+
+
+def _http_authority_parses(rest: str) -> bool:
+    authority = re.split(r"[/?#]", rest.replace("\\", "/").lstrip("/"), maxsplit=1)[0]
+    host_port = authority.rpartition("@")[2]
+    if host_port.startswith("["):  # an IPv6 literal
+        host, bracket, port = host_port[1:].partition("]")
+        if not bracket or not host or (port and not port.startswith(":")):
+            return False
+        port = port[1:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+    else:
+        host, _, port = host_port.partition(":")
+        if not host or any(c in _FORBIDDEN_HOST or ord(c) < 0x20 for c in host):
+            return False
+    return not port or (port.isdigit() and port.isascii() and int(port) <= 65535)
 
 
 def _check_tool_result_content(content: object, path: str) -> None:

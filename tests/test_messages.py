@@ -741,3 +741,38 @@ def test_validated_large_payloads_are_remembered_within_a_bound() -> None:
         validate_messages(image(chr(ord("A") + index) * 4 + "QUFB" * (step // 4)))
     assert messages_module._remembered_size <= messages_module._REMEMBER_AT_MOST
     assert big not in messages_module._remembered  # the oldest went first
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("https://example.com/a.png", None),
+        ("http:example.com", None),  # WHATWG: slashes are optional for http(s)
+        ("HTTP://EXAMPLE.COM", None),
+        ("http://[::1]:80/x", None),
+        ("http://user:pw@host/", None),
+        ("  https://padded.example  ", None),
+        ("http://a b.com", "must be an absolute HTTP(S) URL"),  # a space in the host
+        ("http://x:99999", "must be an absolute HTTP(S) URL"),  # no such port
+        ("http://[zz]/", "must be an absolute HTTP(S) URL"),
+        ("http://", "must be an absolute HTTP(S) URL"),
+        ("/relative/path", "must be an absolute HTTP(S) URL"),
+        ("ftp://example.com/x", "must use HTTP or HTTPS"),
+        ("mailto:someone", "must use HTTP or HTTPS"),
+    ],
+)
+def test_url_sources_parse_as_javascript_does(url: str, problem: str | None) -> None:
+    source = {"type": "url", "media_type": "image/png", "url": url}
+    part = {"type": "image", "source": source}
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t", "content": [part]}],
+        }
+    ]
+    if problem is None:
+        validate_messages(messages)
+        return
+    with pytest.raises(InvalidMessageError) as caught:
+        validate_messages(messages)
+    assert str(caught.value) == f"messages[0].content[0].content[0].source.url {problem}"
