@@ -76,6 +76,14 @@ command = "{PY}"
 args = ["{CHUNK_AGENT}"]
 fs = "none"
 permission = "reject"
+
+[agents.chunks_coalesced]
+kind = "acp"
+command = "{PY}"
+args = ["{CHUNK_AGENT}"]
+fs = "none"
+permission = "reject"
+coalesce_text = true
 """
 
 ECHO_SERVER = """
@@ -360,11 +368,18 @@ async def bench_acp_stream(d: Daemon, rounds: int, chunks: int) -> list[list[Any
                 ).decode()
             )
             agent_id = orjson.loads(await ws.recv())["result"]["agentId"]
-            ids = iter(range(2, 1 << 30))
+            open_coalesced = {"profile": "chunks_coalesced"}
+            await ws.send(
+                orjson.dumps(
+                    {"jsonrpc": "2.0", "id": 2, "method": "agent/open", "params": open_coalesced}
+                ).decode()
+            )
+            coalesced_id = orjson.loads(await ws.recv())["result"]["agentId"]
+            ids = iter(range(3, 1 << 30))
 
-            async def through_daemon() -> float:
+            async def through_daemon(target: str = agent_id) -> float:
                 request_id = next(ids)
-                params = {"agentId": agent_id, "input": prompt}
+                params = {"agentId": target, "input": prompt}
                 frame = {"jsonrpc": "2.0", "id": request_id, "method": "agent/stream"}
                 start = time.perf_counter()
                 await ws.send(orjson.dumps({**frame, "params": params}).decode())
@@ -397,13 +412,18 @@ async def bench_acp_stream(d: Daemon, rounds: int, chunks: int) -> list[list[Any
                 assert seen == characters, seen
                 return chunks / (time.perf_counter() - start)
 
+            async def coalesced() -> float:
+                return await through_daemon(coalesced_id)
+
             try:
-                samples = await alternate([through_daemon, read_directly, in_process], rounds)
+                samples = await alternate(
+                    [through_daemon, read_directly, in_process, coalesced], rounds
+                )
             finally:
                 await library.close()
         assert process.stdin is not None
         await process.stdin.aclose()
-    a, b, c = (statistics.median(s) for s in samples)
+    a, b, c, merged = (statistics.median(s) for s in samples)
     return [
         [
             f"(c) ACP text chunks/s, agent/stream ({chunks:,} per turn)",
@@ -412,6 +432,14 @@ async def bench_acp_stream(d: Daemon, rounds: int, chunks: int) -> list[list[Any
             a / b,
             ">= 0.8x",
             a / b >= 0.8,
+        ],
+        [
+            "(c) the same, profile with coalesce_text = true",
+            f"{merged:,.0f}/s",
+            "",
+            f"{merged / b:.2f}x",
+            "(opt-in)",
+            None,
         ],
         [
             "(c) the same through Agent.stream in-process (no daemon)",
