@@ -680,36 +680,29 @@ async def _produce(
     outcome: _StreamOutcome,
     permission_handler: PermissionHandler | None,
 ) -> None:
-    """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook)."""
+    """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook).
+
+    Its cancel scope is how :class:`RunStream` and :meth:`Agent.close` end it
+    (see :meth:`_StreamOutcome.stop`).
+    """
     with anyio.CancelScope() as outcome.scope:
-        await _produce_events(agent, messages, run_id, send, outcome, permission_handler)
-
-
-async def _produce_events(
-    agent: Agent,
-    messages: list[LLMMessage],
-    run_id: str,
-    send: MemoryObjectSendStream[StreamEvent],
-    outcome: _StreamOutcome,
-    permission_handler: PermissionHandler | None,
-) -> None:
-    async with send:
-        try:
-            result = await agent.execute(
-                messages,
-                run_id=run_id,
-                emit=send.send,
-                permission_handler=permission_handler,
-                raise_callback_errors=True,
-            )
-        except _HookFailed as failed:
-            outcome.result = failed.result
-            info = failed.result.error_info
-            name, code = (info.name, info.code) if info is not None else (None, None)
-            await send.send(_error_event(name, failed.result.output, code))
-            return
-        outcome.result = result
-        info = result.error_info
-        if info is not None and info.kind in ("backend", "provider", "internal"):
-            await send.send(_error_event(info.name, info.message or result.output, info.code))
-        await send.send(StreamEvent("done", result))
+        async with send:
+            try:
+                result = await agent.execute(
+                    messages,
+                    run_id=run_id,
+                    emit=send.send,
+                    permission_handler=permission_handler,
+                    raise_callback_errors=True,
+                )
+            except _HookFailed as failed:
+                outcome.result = failed.result
+                info = failed.result.error_info
+                name, code = (info.name, info.code) if info is not None else (None, None)
+                await send.send(_error_event(name, failed.result.output, code))
+                return
+            outcome.result = result
+            info = result.error_info
+            if info is not None and info.kind in ("backend", "provider", "internal"):
+                await send.send(_error_event(info.name, info.message or result.output, info.code))
+            await send.send(StreamEvent("done", result))
