@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 from pathlib import Path
@@ -58,6 +59,11 @@ async def run_backend(
         emit=emit or Recorder(),
     )
     return await config.create(None).run(context)  # type: ignore[arg-type]
+
+
+def tree_pids(text: str) -> dict[str, int]:
+    """The ``child <pid>`` / ``grandchild <pid>`` lines ``proc_tree.py`` printed."""
+    return {role: int(pid) for role, pid in re.findall(r"\b(child|grandchild) (\d+)", text)}
 
 
 def gone(pid: int) -> bool:

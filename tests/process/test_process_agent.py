@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from oma_bridge import Agent, AgentConfig
+from oma_bridge import Agent, AgentConfig, RunStream
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.process import ProcessConfig
 
-from .conftest import PYTHON, gone, kill_all, script, wait_gone
+from .conftest import PYTHON, gone, kill_all, script, tree_pids, wait_gone
 
 pytestmark = pytest.mark.anyio
 
@@ -69,43 +68,40 @@ async def test_stream_yields_stdout_chunks_then_done() -> None:
     assert text == "café!" == events[-1].data.output
 
 
-async def test_leaving_stream_early_kills_the_tree() -> None:
-    worker = agent(ProcessConfig(**script("proc_tree.py", "--ignore-term"), stop_grace_s=0.3))
-    seen = ""
+async def _stream_until_the_tree_runs(worker: Agent) -> tuple[RunStream, dict[str, int]]:
     stream = worker.stream("go")
+    seen = ""
     async for event in stream:
         seen += event.data if event.type == "text" else ""
-        if len(re.findall(r"(?:child|grandchild) \d+", seen)) == 2:
-            break
-    pids = [int(pid) for pid in re.findall(r"(?:child|grandchild) (\d+)", seen)]
+        if len(pids := tree_pids(seen)) == 2:
+            return stream, pids
+    raise AssertionError(f"the tree never ran: {seen!r}")
+
+
+async def test_leaving_stream_early_kills_the_tree() -> None:
+    worker = agent(ProcessConfig(**script("proc_tree.py", "--ignore-term"), stop_grace_s=0.3))
+    stream, pids = await _stream_until_the_tree_runs(worker)
     try:
         await stream.aclose()
-        assert wait_gone(pids, within=3.0)
+        assert wait_gone(list(pids.values()), within=3.0)
     finally:
-        kill_all(pids)
+        kill_all(list(pids.values()))
         await worker.close()
 
 
 async def test_leaving_stream_early_kills_an_escapee_after_the_child_exited() -> None:
     worker = agent(ProcessConfig(**script("proc_tree.py", "--exit", "--escape")))
-    seen = ""
-    stream = worker.stream("go")
-    async for event in stream:
-        seen += event.data if event.type == "text" else ""
-        if len(re.findall(r"(?:child|grandchild) \d+", seen)) == 2:
-            break
-    pids = [int(pid) for pid in re.findall(r"(?:child|grandchild) (\d+)", seen)]
-    [child] = [int(pid) for pid in re.findall(r"(?<!grand)child (\d+)", seen)]
-    while not gone(child):  # noqa: ASYNC110 (a poll): leave only once the child is gone
+    stream, pids = await _stream_until_the_tree_runs(worker)
+    while not gone(pids["child"]):  # noqa: ASYNC110 (a poll): leave once the child is gone
         await anyio.sleep(0.005)
     await anyio.sleep(0.1)  # and the loop has heard of its exit
     try:
         await stream.aclose()
         # Sooner than the one-second grace an escapee holding our pipes gets
         # after a normal exit: leaving the stream ends it at once.
-        assert wait_gone(pids, within=0.8)
+        assert wait_gone(list(pids.values()), within=0.8)
     finally:
-        kill_all(pids)
+        kill_all(list(pids.values()))
         await worker.close()
 
 
@@ -124,10 +120,10 @@ async def test_cancel_mid_run_kills_the_child_and_reports_cancelled() -> None:
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(watch)
         with anyio.fail_after(10):
-            while len(re.findall(r"child \d+", "".join(events))) < 2:  # noqa: ASYNC110
+            while len(tree_pids("".join(events))) < 2:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         assert worker.cancel()
-    pids = [int(pid) for pid in re.findall(r"(?:child|grandchild) (\d+)", "".join(events))]
+    pids = list(tree_pids("".join(events)).values())
     try:
         assert all(gone(pid) for pid in pids)
         assert results[0].status.code == "cancelled"

@@ -15,7 +15,16 @@ from oma_bridge.errors import BackendError, RunTimeoutError
 from oma_bridge.process import ProcessConfig, build_prompt
 from oma_bridge.process.supervisor import TAG_VARIABLE, default_supervisor
 
-from .conftest import PYTHON, Recorder, gone, kill_all, run_backend, script, wait_gone
+from .conftest import (
+    PYTHON,
+    Recorder,
+    gone,
+    kill_all,
+    run_backend,
+    script,
+    tree_pids,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -251,13 +260,11 @@ async def test_cwd_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 # -- cancellation, timeout and the tree -------------------------------------
 
 
-async def _pids_once_running(recorder: Recorder, count: int = 2) -> dict[str, int]:
+async def _pids_once_running(recorder: Recorder) -> dict[str, int]:
     with anyio.fail_after(10):
-        while True:
-            pids = dict(re.findall(r"(child|grandchild) (\d+)", recorder.text))
-            if len(pids) >= count:
-                return {role: int(pid) for role, pid in pids.items()}
+        while len(pids := tree_pids(recorder.text)) < 2:  # noqa: ASYNC110 (a poll)
             await anyio.sleep(0.01)
+    return pids
 
 
 async def test_cancel_kills_a_grandchild_that_ignores_sigterm() -> None:
@@ -313,8 +320,7 @@ async def test_grandchildren_die_when_the_child_exits() -> None:
         config = ProcessConfig(**script("proc_tree.py", *flags), input="none")
         with anyio.fail_after(10):
             outcome = await run_backend(config)
-        found = re.findall(r"(child|grandchild) (\d+)", outcome.output)
-        pids = [int(pid) for _, pid in found]
+        pids = list(tree_pids(outcome.output).values())
         try:
             assert len(pids) == 2
             assert wait_gone(pids, within=1.0), flags
