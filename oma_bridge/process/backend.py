@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import os
-import signal
 
 import anyio
 
@@ -13,7 +12,7 @@ from ..errors import BackendError, RunTimeoutError
 from ..messages import LLMMessage, last_user_text
 from ..results import StreamEvent
 from .config import ProcessConfig
-from .supervisor import SupervisedProcess, Supervisor, default_supervisor
+from .supervisor import SupervisedProcess, Supervisor, default_supervisor, exit_status
 
 __all__ = ["ProcessBackend", "build_prompt"]
 
@@ -118,12 +117,5 @@ class ProcessBackend:
 
 
 def _exit_message(label: str, code: int, stderr: str) -> str:
-    if code >= 0:
-        status = f"code {code}"
-    else:
-        try:
-            status = f"signal {signal.Signals(-code).name}"
-        except ValueError:  # a real-time signal has no name
-            status = f"signal {-code}"
-    message = f'Process backend "{label}" exited with {status}'
+    message = f'Process backend "{label}" exited with {exit_status(code)}'
     return f"{message}: {stderr}" if stderr else message
