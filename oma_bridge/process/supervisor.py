@@ -266,6 +266,7 @@ class Supervisor:
             )
         pid = transport.get_pid()
         self._watchdog.register(pid)
+        logger.debug("spawned %s as pid %d (tag %s)", argv[0], pid, tag)
         process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin, labels=labels)
         self._live[pid] = process
         return process
@@ -362,13 +363,17 @@ class SupervisedProcess:
                 await self.stdin.aclose()
                 running = not await self._wait_gone(eof_grace, tree)
             if running:
+                logger.debug("pid %d: SIGTERM to its group", self.pid)
                 self.signal_group(signal.SIGTERM)
                 running = not await self._wait_gone(grace_s, tree)
+                if running:
+                    logger.info("pid %d: still running after %.1f s: SIGKILL", self.pid, grace_s)
             self._kill_tree(tree)
             # Escapees: when we ended a live child, or when something still
             # holds the pipes of one that is gone.
             if was_running or not self._protocol.closed.is_set():
-                await anyio.to_thread.run_sync(self.kill_escapees)
+                if escapees := await anyio.to_thread.run_sync(self.kill_escapees):
+                    logger.info("pid %d: killed %d escaped descendant(s)", self.pid, escapees)
                 await self._wait_gone(KILL_WAIT_S, tree)
             finished = True
         finally:
