@@ -24,10 +24,10 @@ What it guarantees, and how (``docs/processes.md`` tells the whole story):
 Why not ``PR_SET_PDEATHSIG``: it needs either ``preexec_fn`` (forbidden: the
 slow fork path) or an exec wrapper such as ``setpriv --pdeathsig KILL``,
 which costs one more exec per run (measured +0.6 ms on a ~1 ms run; a
-Python ``prctl`` shim costs 14 ms);
-it fires when the *thread* that forked dies rather than the process; and it
-reaches only the direct child, not the grandchildren.  The watchdog costs
-one pipe write per spawn and per reap, and covers the grandchildren.
+Python ``prctl`` shim costs 14 ms); it fires when the *thread* that forked
+dies rather than the process; and it reaches only the direct child, not the
+grandchildren.  The watchdog costs one small pipe write per run, and covers
+the grandchildren.
 
 The supervisor runs on asyncio (the pipes use its subprocess protocol),
 which is what the daemon and the test-suite run on.
