@@ -152,7 +152,31 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _run_daemon_until_stopped(run_daemon: Any, config: Any) -> None:
+    _wait_for_children_in_the_loop()
     await run_daemon(config, handle_signals=True)
+
+
+def _wait_for_children_in_the_loop() -> None:
+    """Python 3.11 waits for each child in a thread of its own; a pidfd watcher
+    waits in the event loop instead (cheaper spawns; 3.12 does it by itself).
+
+    Set here, where one loop serves the whole process, not in the library.
+    """
+    import asyncio
+    import os
+    import warnings
+
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # the kernel supports pidfds
+    except OSError:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        watcher = asyncio.PidfdChildWatcher()
+        watcher.attach_loop(asyncio.get_running_loop())
+        asyncio.set_child_watcher(watcher)
 
 
 # ---------------------------------------------------------------------------

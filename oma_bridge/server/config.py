@@ -245,6 +245,8 @@ class ProcessProfile(_ExternalProfile):
     kind: Literal["process"]
     input: Literal["stdin", "argument", "none"] = "stdin"
     max_output_bytes: PositiveInt | None = None
+    #: How much of the end of stderr a failure message quotes (issue 4).
+    stderr_tail_bytes: PositiveInt | None = None
     stop_grace_s: Annotated[StrictFloat, Field(ge=0)] | None = None
 
 

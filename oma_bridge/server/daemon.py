@@ -27,6 +27,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from ..jsonrpc import unwrap_single_error
 from ..orchestrator import OpenMultiAgent
@@ -202,7 +203,9 @@ async def run_daemon(
     reaped = reap_leftovers(state_dir)
     if reaped:
         logger.warning("reaped the processes of %d earlier daemon(s) that died", reaped)
-    configure_supervisor(state_dir=state_dir, hidden_variables=config.secret_variables())
+    supervisor = configure_supervisor(
+        state_dir=state_dir, hidden_variables=config.secret_variables()
+    )
     service = AgentService(config, orchestrator=orchestrator, state_dir=state_dir)
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
     # A start-up failure (ConfigError, StartupError) leaves as itself, not in a group.
@@ -224,4 +227,6 @@ async def run_daemon(
                 lifecycle.announce_stop()
                 with anyio.CancelScope(shield=True):
                     await service.aclose()
+                # Every child is gone: the crash watchdog can go too.
+                await anyio.to_thread.run_sync(supervisor.close)
                 tg.cancel_scope.cancel()

@@ -77,11 +77,11 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
             stop_grace_s=server.stop_grace_s
             if profile.stop_grace_s is None
             else profile.stop_grace_s,
-            **(
-                {}
-                if profile.max_output_bytes is None
-                else {"max_output_bytes": profile.max_output_bytes}
-            ),
+            **{
+                key: value
+                for key in ("max_output_bytes", "stderr_tail_bytes")
+                if (value := getattr(profile, key)) is not None
+            },
         )
         return AgentConfig(**common, backend=process)
     from ..acp.config import AcpConfig
