@@ -162,8 +162,17 @@ class _StateFile:
         self._header = f"{_STATE_MAGIC}\nowner {owner}\nwatchdog {os.getpid()} "
         self._header += f"{start_time(os.getpid())}\n"
         self._file = path.open("w")
-        self._file.write(self._header)
-        self._file.flush()
+        try:
+            self._file.write(self._header)
+            self._file.flush()
+        except OSError:
+            # No room for even the header (a full disk): leave no empty file
+            # behind, since the next start could not read it.
+            with contextlib.suppress(OSError):
+                self._file.close()
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
         self._lines = 0
 
     def append(self, line: str, groups: dict[int, int]) -> None:

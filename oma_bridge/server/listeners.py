@@ -139,8 +139,11 @@ def hold_runtime_dir(folder: Path, *, fix_mode: bool) -> Iterator[None]:
             raise StartupError(
                 f"another oma-bridge daemon (pid {holder}) is running with {folder}"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk, say: one clear line, not a traceback
+            raise StartupError(f"cannot write the lock file {lock_path}: {exc.strerror}") from None
         yield
     finally:
         os.close(fd)  # also releases the lock

@@ -91,12 +91,6 @@ async def test_no_room_for_the_discovery_file_is_a_clear_error(folder: Path, tmp
     assert leftovers(tmpfs) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: server/listeners.py hold_runtime_dir lets the ENOSPC of writing its pid "
-    "into bridge.lock escape as a traceback instead of a StartupError",
-)
 async def test_a_full_discovery_folder_is_a_clear_error(folder: Path, tmpfs: Path) -> None:
     fill(tmpfs)
     config = folder / "bridge.toml"
@@ -129,13 +123,6 @@ async def test_a_full_state_folder_degrades_with_a_warning(folder: Path, tmpfs: 
         assert "Traceback" not in daemon.log()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: process/_watchdog.py _StateFile creates the state file and leaves it empty "
-    "when its header cannot be written; reap_state_dir skips unreadable files, so one "
-    "empty file stays per start on a full disk",
-)
 async def test_a_full_state_folder_leaves_no_partial_state_file(folder: Path, tmpfs: Path) -> None:
     state_dir = tmpfs / "oma-bridge"
     state_dir.mkdir()
