@@ -79,6 +79,8 @@ class LineReader:
         """
         while True:
             index = self._buffer.find(b"\n", self._scan_from)
+            if index > self._max:  # its newline came in the read that crossed the ceiling
+                raise self._too_long()
             if index >= 0:
                 line = bytes(self._buffer[:index])
                 del self._buffer[: index + 1]
@@ -87,9 +89,7 @@ class LineReader:
                     line = line[:-1]
                 return line
             if len(self._buffer) > self._max:
-                raise LineTooLongError(
-                    f"ACP agent wrote a line longer than {self._max} bytes; connection closed"
-                )
+                raise self._too_long()
             if self._eof:
                 if self._buffer:
                     line = bytes(self._buffer)
@@ -103,6 +103,11 @@ class LineReader:
                 self._eof = True
                 continue
             self._buffer += chunk
+
+    def _too_long(self) -> LineTooLongError:
+        return LineTooLongError(
+            f"ACP agent wrote a line longer than {self._max} bytes; connection closed"
+        )
 
 
 class MessageReader:

@@ -22,6 +22,7 @@ import errno
 import itertools
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -103,15 +104,36 @@ class Gateway:
                 return None
             return frame
 
+        # Sends are one at a time (the peer's lock), so one clock says how long
+        # the send in progress has been blocked; a watchdog per connection
+        # reads it, which costs far less than a deadline armed for every frame.
+        blocked_since: float | None = None
+        stopped_reading = False
+
         async def send(data: bytes) -> None:
+            nonlocal blocked_since
+            blocked_since = time.monotonic()
             try:
-                with anyio.fail_after(send_timeout):
-                    await ws.send(data, text=True)
-            except TimeoutError:
-                # A client that stops reading must not hold the daemon's memory.
-                logger.warning("connection %s stopped reading; dropping it", session_id)
-                ws.transport.abort()
-                raise ConnectionClosedError("the client stopped reading") from None
+                await ws.send(data, text=True)
+            except ConnectionClosed:
+                if stopped_reading:
+                    raise ConnectionClosedError("the client stopped reading") from None
+                raise
+            finally:
+                blocked_since = None
+
+        async def watch_sends() -> None:
+            nonlocal stopped_reading
+            interval = min(1.0, send_timeout / 4)
+            while True:
+                await anyio.sleep(interval)
+                since = blocked_since
+                if since is not None and time.monotonic() - since > send_timeout:
+                    # A client that stops reading must not hold the daemon's memory.
+                    logger.warning("connection %s stopped reading; dropping it", session_id)
+                    stopped_reading = True
+                    ws.transport.abort()
+                    return
 
         async def on_request(method: str, params: Any) -> Any:
             return await self._dispatch(session, method, params)
@@ -134,8 +156,10 @@ class Gateway:
         self.sessions.add(session)
         logger.info("connection %s opened on the %s listener", session_id, listener)
         try:
-            async with peer:
+            async with peer, anyio.create_task_group() as watchdog:
+                watchdog.start_soon(watch_sends)
                 await peer.closed.wait()
+                watchdog.cancel_scope.cancel()
         finally:
             self.sessions.discard(session)
             session.close()

@@ -332,13 +332,6 @@ def test_fuzzed_acp_output_ends_every_run_clearly() -> None:
         _run_examples(portal)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: acp/stdio.py LineReader checks max_line_bytes only while no newline is "
-    "buffered, so a line up to one read (256 KiB) over the ceiling is accepted when its "
-    "newline arrives in the read that crosses it",
-)
 def test_a_line_just_over_the_ceiling_fails_the_run() -> None:
     result, _ = anyio.run(play, Script([("huge", LIMIT + 64)], "answer"))
     assert not result.success
