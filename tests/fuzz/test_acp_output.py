@@ -27,7 +27,6 @@ from typing import Any
 import anyio
 import orjson
 import psutil
-import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
