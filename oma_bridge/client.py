@@ -33,7 +33,7 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from ._version import __version__
 from .backend import PermissionHandler, PermissionOption, PermissionRequest
@@ -45,6 +45,7 @@ __all__ = [
     "Client",
     "DaemonError",
     "DaemonNotRunningError",
+    "DaemonUnavailableError",
     "Discovery",
     "RemoteAgent",
     "connect",
@@ -57,6 +58,10 @@ INVALID_MESSAGE = -32010
 
 class DaemonNotRunningError(RuntimeError):
     """No daemon answers where the discovery file says (or there is none)."""
+
+
+class DaemonUnavailableError(DaemonNotRunningError):
+    """The daemon answered the connection with an HTTP error (a 503, say)."""
 
 
 class DaemonError(WireError):
@@ -431,6 +436,12 @@ async def connect(
         else:
             assert url is not None
             websocket = await ws_connect(url, **options)
+    except InvalidStatus as error:  # it runs, but said no (503: out of file descriptors)
+        body = error.response.body.decode("utf-8", "replace").strip() if error.response.body else ""
+        raise DaemonUnavailableError(
+            f"the daemon at {socket or url} refused the connection: "
+            f"HTTP {error.response.status_code}" + (f": {body}" if body else "")
+        ) from None
     except (OSError, ConnectionClosed) as error:
         where = socket or url
         raise DaemonNotRunningError(f"cannot connect to the daemon at {where}: {error}") from None

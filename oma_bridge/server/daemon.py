@@ -36,6 +36,7 @@ from .agent_service import AgentService
 from .app import RunningServer, serve
 from .config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
 from .connection import Gateway
+from .exhaustion import ConnectionRefuser
 from .paths import default_state_dir
 from .sdnotify import Notifier
 
@@ -208,25 +209,30 @@ async def run_daemon(
     )
     service = AgentService(config, orchestrator=orchestrator, state_dir=state_dir)
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
-    # A start-up failure (ConfigError, StartupError) leaves as itself, not in a group.
-    with unwrap_single_error():
-        async with anyio.create_task_group() as tg:
-            lifecycle = _Lifecycle(live, tg, task_status)
-            started: Any = lifecycle
-            tg.start_soon(service.reap_idle)
-            if handle_signals:
-                await tg.start(live.reload_on_sighup, lifecycle.ready)
-            try:
-                await serve(
-                    config,
-                    methods=service.methods(),
-                    handle_signals=handle_signals,
-                    task_status=started,
-                )
-            finally:
-                lifecycle.announce_stop()
-                with anyio.CancelScope(shield=True):
-                    await service.aclose()
-                # Every child is gone: the crash watchdog can go too.
-                await anyio.to_thread.run_sync(supervisor.close)
-                tg.cancel_scope.cancel()
+    refuser = ConnectionRefuser()  # out of fds: 503 to new connections, not a hang
+    refuser.install()
+    try:
+        # A start-up failure (ConfigError, StartupError) leaves as itself, not in a group.
+        with unwrap_single_error():
+            async with anyio.create_task_group() as tg:
+                lifecycle = _Lifecycle(live, tg, task_status)
+                started: Any = lifecycle
+                tg.start_soon(service.reap_idle)
+                if handle_signals:
+                    await tg.start(live.reload_on_sighup, lifecycle.ready)
+                try:
+                    await serve(
+                        config,
+                        methods=service.methods(),
+                        handle_signals=handle_signals,
+                        task_status=started,
+                    )
+                finally:
+                    lifecycle.announce_stop()
+                    with anyio.CancelScope(shield=True):
+                        await service.aclose()
+                    # Every child is gone: the crash watchdog can go too.
+                    await anyio.to_thread.run_sync(supervisor.close)
+                    tg.cancel_scope.cancel()
+    finally:
+        refuser.uninstall()

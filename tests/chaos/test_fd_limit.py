@@ -20,8 +20,9 @@ import psutil
 import pytest
 from lifecycle.harness import config_text, daemon_process
 from websockets.asyncio.client import ClientConnection, unix_connect
+from websockets.exceptions import InvalidStatus
 
-from oma_bridge.client import DaemonError, connect
+from oma_bridge.client import DaemonError, DaemonUnavailableError, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -56,8 +57,10 @@ async def exhaust(
                     open_timeout=2,
                 )
             )
-        except (TimeoutError, OSError):
-            # The daemon cannot accept(2) any more: the handshake never starts.
+        except InvalidStatus as refused:
+            # The daemon cannot take another connection: it says so at once.
+            assert refused.response.status_code == 503
+            assert b"out of file descriptors" in refused.response.body
             return held
         held.append(ws)
     raise AssertionError(f"{len(held)} connections and none refused")
@@ -79,6 +82,13 @@ async def test_fd_exhaustion_fails_clearly_and_recovers(folder: Path) -> None:
         async with contextlib.AsyncExitStack() as stack:
             held = await exhaust(stack, folder, token)
             assert daemon_ps.num_fds() == LIMIT
+            with pytest.raises(DaemonUnavailableError) as refused:
+                async with connect(discovery_dir=folder):
+                    pass
+            assert str(refused.value).endswith(
+                "refused the connection: HTTP 503: "
+                "oma-bridge is out of file descriptors; try again shortly"
+            )
             assert len(held) >= LIMIT - fds_before - 2
 
             failed = await cat.run("at the limit")
@@ -91,7 +101,9 @@ async def test_fd_exhaustion_fails_clearly_and_recovers(folder: Path) -> None:
             assert acp_failed.status.message.startswith('ACP agent "demo" could not be started')
             assert "Too many open files" in acp_failed.status.message
             assert daemon.process.returncode is None
-            assert "Too many open files" in daemon.log()
+            log = daemon.log()
+            assert "out of file descriptors (limit 64): refusing new connections with 503" in log
+            assert "socket.accept() out of system resource" not in log  # no traceback per retry
 
         # The held connections are closed: everything works again.
         with anyio.fail_after(10):

@@ -1,0 +1,123 @@
+"""Out of file descriptors: new connections are refused clearly, not left hanging.
+
+When ``accept(2)`` fails with EMFILE (or ENFILE, ENOBUFS, ENOMEM), asyncio
+logs a traceback and retries a second later, while the client waits in the
+listen backlog with nothing to tell it why.  :class:`ConnectionRefuser`
+keeps one descriptor in reserve; at that moment it gives it up, accepts
+the connections that wait, answers each ``503`` with the reason, and takes
+its reserve back.  Clients fail at once with a message that says what is
+wrong, and connect again as soon as descriptors are free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import resource
+import socket
+import time
+from typing import Any
+
+__all__ = ["ConnectionRefuser"]
+
+logger = logging.getLogger("oma_bridge.server")
+
+_ACCEPT_OUT_OF_RESOURCES = "socket.accept() out of system resource"
+_BODY = b"oma-bridge is out of file descriptors; try again shortly\n"
+_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    + f"Content-Length: {len(_BODY)}\r\n".encode()
+    + b"Connection: close\r\n\r\n"
+    + _BODY
+)
+#: At most this many waiting connections are refused per attempt of asyncio's.
+_REFUSE_AT_ONCE = 64
+_WARN_EVERY_S = 10.0
+
+
+class ConnectionRefuser:
+    """Install on the running loop for the daemon's lifetime (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._spare = -1
+        self._refused = 0
+        self._warned_at = -math.inf
+        self._previous: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def install(self) -> None:
+        self._take_spare()
+        self._loop = asyncio.get_running_loop()
+        self._previous = self._loop.get_exception_handler()
+        self._loop.set_exception_handler(self._handle)
+
+    def uninstall(self) -> None:
+        if self._loop is not None:
+            self._loop.set_exception_handler(self._previous)
+            self._loop = None
+        self._release_spare()
+
+    def _handle(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        listener = context.get("socket")
+        if context.get("message") != _ACCEPT_OUT_OF_RESOURCES or listener is None:
+            if self._previous is not None:
+                self._previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        refused = self.refuse_waiting(listener.fileno())
+        self._refused += refused
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY_S:
+            self._warned_at = now
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            logger.warning(
+                "out of file descriptors (limit %d): refusing new connections with 503 (%d so far)",
+                limit,
+                self._refused,
+            )
+
+    def refuse_waiting(self, listener_fd: int) -> int:
+        """Answer the connections waiting on ``listener_fd`` with 503; how many."""
+        listener = socket.socket(fileno=listener_fd)  # a view: no descriptor of its own
+        refused = 0
+        try:
+            listener.setblocking(False)
+            while refused < _REFUSE_AT_ONCE:
+                self._release_spare()
+                try:
+                    connection, _ = listener.accept()
+                except OSError:
+                    break  # none waiting (EAGAIN), or still no descriptor to take one
+                with connection:
+                    _refuse(connection)
+                refused += 1
+        finally:
+            listener.detach()
+            self._take_spare()
+        return refused
+
+    def _take_spare(self) -> None:
+        if self._spare < 0:
+            with contextlib.suppress(OSError):
+                self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _release_spare(self) -> None:
+        if self._spare >= 0:
+            os.close(self._spare)
+            self._spare = -1
+
+
+def _refuse(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        connection.setblocking(False)
+        # Read what the client sent first: closing with unread data would
+        # reset the connection and could lose the answer on its way.
+        with contextlib.suppress(BlockingIOError):
+            connection.recv(65536)
+        connection.send(_RESPONSE)
+        connection.shutdown(socket.SHUT_WR)
