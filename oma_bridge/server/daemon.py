@@ -20,7 +20,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from .app import RunningServer, serve
 from .config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
 from .connection import Gateway
 from .exhaustion import ConnectionRefuser
+from .listeners import StartupError
 from .paths import default_state_dir
 from .sdnotify import Notifier
 
@@ -179,6 +182,27 @@ class _Lifecycle:
             self.live.notifier.stopping()
 
 
+def _check_state_dir(state_dir: Path) -> None:
+    """Refuse to start when the state folder cannot take a byte (a full disk, say).
+
+    The crash watchdog records live process groups there at the first spawn;
+    finding out then would be too late to say it plainly.
+    """
+    probe = state_dir / f".probe-{os.getpid()}"
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        with probe.open("wb") as handle:
+            handle.write(b"x")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise StartupError(f"cannot write to the state folder {state_dir}: {reason}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
 async def run_daemon(
     config: ServerConfig,
     *,
@@ -201,6 +225,7 @@ async def run_daemon(
     if config_path is None and config.source != EMBEDDED_SOURCE:
         config_path = config.source
     state_dir = state_dir or default_state_dir()
+    _check_state_dir(state_dir)
     reaped = reap_leftovers(state_dir)
     if reaped:
         logger.warning("reaped the processes of %d earlier daemon(s) that died", reaped)

@@ -103,17 +103,34 @@ async def test_a_full_discovery_folder_is_a_clear_error(folder: Path, tmpfs: Pat
     assert "No space left on device" in stderr
 
 
-async def test_a_full_state_folder_degrades_with_a_warning(folder: Path, tmpfs: Path) -> None:
-    """The state folder is written only at the first spawn, by the watchdog.
-
-    When it is full, the daemon still starts and serves (the watchdog guards
-    the children without its crash record) and says so in its log.
-    """
+async def test_a_full_state_folder_is_a_clear_error_at_start(folder: Path, tmpfs: Path) -> None:
     (tmpfs / "oma-bridge").mkdir()
     fill(tmpfs)
+    config = folder / "bridge.toml"
+    config.write_text(config_text(folder, agents=AGENTS))
+    done = await start_failing(config, tmpfs)
+    stderr = done.stderr.decode()
+    assert done.returncode == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    expected = f"cannot write to the state folder {tmpfs / 'oma-bridge'}: No space left on device"
+    assert expected in stderr
+    assert list((tmpfs / "oma-bridge").iterdir()) == []  # not even the probe
+    assert not (folder / "bridge.json").exists()
+
+
+async def test_a_state_folder_filled_later_degrades_and_leaves_no_partial_file(
+    folder: Path, tmpfs: Path
+) -> None:
+    """The watchdog writes its state file at the first spawn, after start-up.
+
+    If the disk filled up in between, the daemon still serves (the watchdog
+    guards the children without its crash record), says so in its log, and
+    leaves no empty state file behind.
+    """
+    state_dir = tmpfs / "oma-bridge"
     text = config_text(folder, agents=AGENTS)
-    env = {"XDG_STATE_HOME": str(tmpfs)}
-    async with daemon_process(folder, text, env=env) as daemon:
+    async with daemon_process(folder, text, env={"XDG_STATE_HOME": str(tmpfs)}) as daemon:
+        fill(tmpfs)
         async with connect(discovery_dir=folder) as client:
             cat = await client.open("catter")
             for k in range(3):
@@ -121,22 +138,9 @@ async def test_a_full_state_folder_degrades_with_a_warning(folder: Path, tmpfs: 
                 assert result.success and result.output == f"run {k}", result.status
         await daemon.wait_log("oma-bridge watchdog: no state file: [Errno 28] No space left")
         assert "Traceback" not in daemon.log()
-
-
-async def test_a_full_state_folder_leaves_no_partial_state_file(folder: Path, tmpfs: Path) -> None:
-    state_dir = tmpfs / "oma-bridge"
-    state_dir.mkdir()
-    fill(tmpfs)
-    text = config_text(folder, agents=AGENTS)
-    async with daemon_process(folder, text, env={"XDG_STATE_HOME": str(tmpfs)}) as daemon:
-        async with connect(discovery_dir=folder) as client:
-            cat = await client.open("catter")
-            assert (await cat.run("go")).success
-        await daemon.wait_log("no state file")
         watchdogs = daemon.descendants()
         daemon.signal(signal.SIGTERM)
         with anyio.fail_after(15):
             await daemon.process.wait()
         assert await wait_all_gone(watchdogs, within=5) == []
-    # A clean stop: no state file of this daemon may stay behind.
     assert list(state_dir.iterdir()) == []

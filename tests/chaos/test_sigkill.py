@@ -133,9 +133,9 @@ async def test_next_start_reaps_what_a_dead_daemon_and_watchdog_left(folder: Pat
         # The harness's clean-up kills only descendants of a live daemon: these are orphans.
         assert len(alive(leftovers)) == 2, describe(leftovers)
 
-        # SIGKILL left the old discovery file; the harness takes a discovery file as
-        # readiness, so remove it to wait for the new daemon's own.
-        (folder / "bridge.json").unlink()
+        # SIGKILL left the old discovery file behind; the harness waits for the
+        # one that names the new daemon.
+        assert (folder / "bridge.json").exists()
         async with daemon_process(folder, config_text(folder, agents=AGENTS)) as second:
             survivors = await wait_all_gone(leftovers, within=5)
             assert survivors == [], describe(survivors)

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import orjson
 import psutil
 
 AGENTS_DIR = Path(__file__).resolve().parent.parent / "agents"
@@ -80,7 +81,9 @@ async def daemon_process(
     seen: list[psutil.Process] = []
     try:
         with anyio.fail_after(20):
-            while not daemon.discovery.exists():
+            # Ready once the discovery file names *this* daemon: a killed one
+            # (a chaos test) leaves its own file behind.
+            while _discovery_pid(daemon.discovery) != process.pid:
                 if process.returncode is not None:
                     raise AssertionError(f"the daemon exited at start:\n{daemon.log()}")
                 await anyio.sleep(0.02)
@@ -95,6 +98,13 @@ async def daemon_process(
             with contextlib.suppress(psutil.Error):
                 leftover.kill()
         await process.aclose()
+
+
+def _discovery_pid(path: Path) -> int | None:
+    try:
+        return int(orjson.loads(path.read_bytes())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent, or being written
 
 
 def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
