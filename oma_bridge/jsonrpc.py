@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, TypeGuard
 
@@ -449,8 +449,13 @@ class Peer:
         on_notification: NotificationHandler = _ignore,
         on_invalid: Callable[[Event], None] | None = None,
         cancel_param: str = "requestId",
+        inline_methods: Collection[str] = (),
     ) -> None:
         self.core = RpcCore(cancel_param=cancel_param)
+        #: Requests for these are served by the reader itself, in wire order,
+        #: without a task and a cancel scope each: for quick handlers that never
+        #: wait on the other side (the reader reads nothing else meanwhile).
+        self._inline = frozenset(inline_methods)
         self._send_raw = send
         self._receive = receive
         self._on_request = on_request
@@ -597,6 +602,8 @@ class Peer:
             waiter = self._waiters.pop(id_key(event.id), None)
             if waiter is not None:
                 waiter.settle(event.result, event.error)
+        elif kind == "request" and event.method in self._inline:
+            await self._serve(event, None)
         elif kind == "request":
             assert self._task_group is not None, "feed() runs inside pumping()"
             scope = anyio.CancelScope()
@@ -612,11 +619,11 @@ class Peer:
             if event.reply is not None:
                 await self._send_quietly(event.reply)
 
-    async def _serve(self, event: Event, scope: anyio.CancelScope) -> None:
+    async def _serve(self, event: Event, scope: anyio.CancelScope | None) -> None:
         request_id, method, core = event.id, event.method or "", self.core
         answer: Message | None = None
         try:
-            with scope:
+            with scope if scope is not None else contextlib.nullcontext():
                 try:
                     result = await self._on_request(method, event.params)
                 except WireError as exc:
@@ -626,7 +633,7 @@ class Peer:
                     answer = core.respond_error(request_id, INTERNAL_ERROR, str(exc) or "error")
                 else:
                     answer = core.respond(request_id, result)
-            if scope.cancelled_caught:
+            if scope is not None and scope.cancelled_caught:
                 answer = core.respond_error(request_id, REQUEST_CANCELLED, "Request cancelled")
         finally:
             self._handlers.pop(id_key(request_id), None)

@@ -296,3 +296,29 @@ async def test_a_failing_notification_handler_does_not_end_the_connection() -> N
     ):
         await client.notify("boom")
         assert await client.request("ping") == "still here"
+
+
+@pytest.mark.anyio
+async def test_inline_methods_are_served_by_the_reader_in_wire_order() -> None:
+    send_a, recv_a, send_b, recv_b = Pipe().ends()
+    order: list[str] = []
+
+    async def serve(method: str, params: Any) -> Any:
+        order.append(f"start {method} {params[0]}")
+        await anyio.lowlevel.checkpoint()  # a handler in its own task could interleave here
+        order.append(f"end {method} {params[0]}")
+        if method == "bad":
+            raise WireError(-32602, "Invalid params")
+        return params[0]
+
+    async with (
+        Peer(send_a, recv_a) as client,
+        Peer(send_b, recv_b, on_request=serve, inline_methods={"quick", "bad"}),
+    ):
+        calls = [await client.start_request("quick", [n]) for n in range(3)]
+        assert [await call.wait() for call in calls] == [0, 1, 2]
+        with pytest.raises(WireError) as info:
+            await client.request("bad", [9])
+        assert info.value.rpc_code == -32602
+    served = [("quick", 0), ("quick", 1), ("quick", 2), ("bad", 9)]
+    assert order == [f"{step} {m} {n}" for m, n in served for step in ("start", "end")]

@@ -40,7 +40,14 @@ from ..jsonrpc import ConnectionClosedError
 from ..orchestrator import OpenMultiAgent
 from ..results import AgentRunResult
 from .config import AcpProfile, LlmProfile, ProcessProfile, ServerConfig
-from .methods import MethodRegistry, forbidden, not_found, parse_params
+from .methods import (
+    INVALID_MESSAGE,
+    OVERLOADED,
+    MethodRegistry,
+    forbidden,
+    not_found,
+    parse_params,
+)
 from .params import NoParams
 from .paths import default_state_dir
 from .profiles import agent_profile_info, profile_agent_config
@@ -56,8 +63,6 @@ Profile = LlmProfile | ProcessProfile | AcpProfile
 FORBIDDEN_OVERRIDES = frozenset(
     {"command", "args", "env", "cwd", "kind", "provider", "base_url", "api_key_env"}
 )
-OVERLOADED = -32001
-INVALID_MESSAGE = -32010
 #: Set in the environment of every process the daemon starts for an agent, so
 #: that ``daemon/status`` can tell whose a child (or grandchild) is.
 AGENT_ID_VARIABLE = "OMA_BRIDGE_AGENT_ID"
@@ -354,17 +359,22 @@ class AgentService:
 
     def methods(self) -> MethodRegistry:
         registry = MethodRegistry()
+        # Quick handlers that never wait on a client or a process are served
+        # inline by the connection's reader (no task per request).
+        for name, handler in (
+            ("agent/history", self.history),
+            ("agent/reset", self.reset),
+            ("agent/attach", self.attach),
+            ("run/cancel", self.cancel_run),
+            ("daemon/status", self.status),
+        ):
+            registry.add(name, handler, inline=True)
         registry.add("agent/open", self.open_agent)
         registry.add("agent/run", self.run)
         registry.add("agent/stream", self.stream)
         registry.add("agent/prompt", self.prompt)
-        registry.add("agent/history", self.history)
-        registry.add("agent/reset", self.reset)
         registry.add("agent/close", self.close_agent)
-        registry.add("agent/attach", self.attach)
-        registry.add("run/cancel", self.cancel_run)
         registry.add("oma/runAgent", self.run_agent)
-        registry.add("daemon/status", self.status)
         return registry
 
     async def open_agent(self, session: Session, params: Any) -> dict[str, Any]:

@@ -79,10 +79,11 @@ class RunningServer:
 def _builtin_methods(gateway: Gateway) -> MethodRegistry:
     methods = MethodRegistry()
 
-    @methods.method("agents/list")
     async def agents_list(session: Session, params: Any) -> dict[str, Any]:
         parse_params(NoParams, params)
         return {"agents": gateway.agent_infos}
+
+    methods.add("agents/list", agents_list, inline=True)
 
     return methods
 

@@ -44,7 +44,13 @@ from ..jsonrpc import (
 from .auth import ListenerKind
 from .config import ServerConfig
 from .discovery import PROTOCOL_VERSION
-from .methods import NOT_INITIALIZED, UNSUPPORTED_VERSION, MethodRegistry, parse_params
+from .methods import (
+    NOT_INITIALIZED,
+    OVERLOADED,
+    UNSUPPORTED_VERSION,
+    MethodRegistry,
+    parse_params,
+)
 from .params import InitializeParams
 from .profiles import agent_profile_infos
 from .session import Session
@@ -58,7 +64,6 @@ SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
 
 #: errno values that mean the daemon is out of a resource for now.
 _EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
-OVERLOADED = -32001
 RETRY_AFTER_MS = 1000
 
 
@@ -151,6 +156,7 @@ class Gateway:
             on_notification=on_notification,
             on_invalid=on_invalid,
             cancel_param="id",
+            inline_methods={"initialize", *self.methods.inline},
         )
         session = Session(session_id, listener, peer)
         self.sessions.add(session)

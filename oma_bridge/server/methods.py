@@ -48,14 +48,24 @@ class MethodRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, MethodHandler] = {}
+        #: Methods served by the connection's reader itself, without a task of
+        #: their own: quick handlers that never wait on anyone (see ``add``).
+        self.inline: set[str] = set()
 
-    def add(self, name: str, handler: MethodHandler) -> None:
-        """Register ``handler`` for ``name``; a name is registered once."""
+    def add(self, name: str, handler: MethodHandler, *, inline: bool = False) -> None:
+        """Register ``handler`` for ``name``; a name is registered once.
+
+        ``inline`` spares the task (and cancel scope) a request normally gets.
+        Only for handlers that return promptly and never wait on the client:
+        while one runs, the connection reads nothing else.
+        """
         if name == "initialize":
             raise ValueError("initialize is the connection's gate, not a method")
         if name in self._handlers:
             raise ValueError(f"method {name!r} is already registered")
         self._handlers[name] = handler
+        if inline:
+            self.inline.add(name)
 
     def method(self, name: str) -> Callable[[MethodHandler], MethodHandler]:
         """Decorator form of :meth:`add`."""
@@ -69,7 +79,7 @@ class MethodRegistry:
     def include(self, other: MethodRegistry) -> None:
         """Register every method of ``other`` here (a name clash is an error)."""
         for name, handler in other._handlers.items():
-            self.add(name, handler)
+            self.add(name, handler, inline=name in other.inline)
 
     def get(self, name: str) -> MethodHandler | None:
         return self._handlers.get(name)
