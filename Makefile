@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test serve lint typecheck pytest bench soak clean
+.PHONY: test serve bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
