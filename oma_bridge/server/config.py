@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -93,6 +94,16 @@ def _resolve_path(value: str, info: ValidationInfo) -> Path:
     return Path(os.path.normpath(path if path.is_absolute() else _base_dir(info) / path))
 
 
+def _config_path(value: Any, info: ValidationInfo) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a path")
+    return _resolve_path(value, info)
+
+
+#: A path in the config: ``~`` expanded, relative to the config file's folder.
+ConfigPath = Annotated[Path, BeforeValidator(_config_path)]
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -132,7 +143,7 @@ class ServerSection(_Frozen):
     socket: Path | None = Field(default="auto", validate_default=True)
     allow_remote: StrictBool = False
     tcp: TcpEndpoint | None = Field(default=None, validate_default=True)
-    token_file: Path | None = None
+    token_file: ConfigPath | None = None
     require_token_on_unix: StrictBool = False
     allowed_origins: tuple[StrictStr, ...] = ()
     allowed_hosts: tuple[NonEmptyStr, ...] = ()
@@ -174,13 +185,6 @@ class ServerSection(_Frozen):
                 "set allow_remote = true to listen beyond this machine"
             )
         return endpoint
-
-    @field_validator("token_file", mode="before")
-    @classmethod
-    def _token_file(cls, value: Any, info: ValidationInfo) -> Path:
-        if not isinstance(value, str) or not value:
-            raise ValueError("must be a path")
-        return _resolve_path(value, info)
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -224,19 +228,12 @@ class _ExternalProfile(_ProfileBase):
     #: The daemon's secret variables this agent may still see (see
     #: :meth:`ServerConfig.secret_variables`), taken from the daemon's environment.
     pass_env: tuple[NonEmptyStr, ...] = ()
-    cwd: Path | None = None
+    cwd: ConfigPath | None = None
 
     @field_validator("command")
     @classmethod
     def _command(cls, value: str) -> str:
         return sys.executable if value == PYTHON_COMMAND else value
-
-    @field_validator("cwd", mode="before")
-    @classmethod
-    def _cwd(cls, value: Any, info: ValidationInfo) -> Path:
-        if not isinstance(value, str) or not value:
-            raise ValueError("must be a path")
-        return _resolve_path(value, info)
 
 
 class ProcessProfile(_ExternalProfile):
@@ -286,7 +283,7 @@ class EvaluationSection(_Frozen):
     max_concurrent: PositiveInt = 1
     max_queue_length: Annotated[StrictInt, Field(ge=0)] = 100
     store_payloads: Literal["none", "redacted", "full"] = "none"
-    store: Path | None = None
+    store: ConfigPath | None = None
 
     @field_validator("scorers")
     @classmethod
@@ -296,13 +293,6 @@ class EvaluationSection(_Frozen):
         for spec in value:
             resolve_scorer(spec)  # a ValueError names what is missing
         return value
-
-    @field_validator("store", mode="before")
-    @classmethod
-    def _store(cls, value: Any, info: ValidationInfo) -> Path:
-        if not isinstance(value, str) or not value:
-            raise ValueError("must be a path")
-        return _resolve_path(value, info)
 
 
 class ServerConfig(_Frozen):
