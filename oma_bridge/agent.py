@@ -55,7 +55,17 @@ from .results import (
 )
 from .tools import ToolDefinition
 
-__all__ = ["AfterRunHook", "Agent", "AgentConfig", "AgentState", "BeforeRunHook", "RunStream"]
+__all__ = [
+    "AfterRunHook",
+    "Agent",
+    "AgentConfig",
+    "AgentState",
+    "BeforeRunHook",
+    "RunStream",
+    "prepare_prompt_input",
+    "prepare_run_input",
+    "stopped_result",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -205,28 +215,12 @@ class Agent:
     # -- input preparation: the one place where input enters ---------------
 
     def prepare_run_input(self, run_input: object) -> list[LLMMessage]:
-        """Guard, boundary check and copy of ``run``/``stream`` input, in that order.
-
-        The daemon and the orchestrator call it at request time so that bad
-        input is refused before anything is queued or observed.
-        """
-        if isinstance(run_input, str):
-            return [text_message(run_input)]
-        validate_messages(run_input)
-        if self.external:
-            raise boundary_structured_error(self.kind)
-        return copy_messages(run_input)  # type: ignore[arg-type]  # the guard proved the shape
+        """See the module function :func:`prepare_run_input`."""
+        return prepare_run_input(run_input, self.config)
 
     def prepare_prompt_input(self, prompt_input: object) -> LLMMessage:
-        """The same for ``prompt`` input: one user message."""
-        if isinstance(prompt_input, str):
-            return text_message(prompt_input)
-        validate_content_blocks(prompt_input)
-        if self.external:
-            raise boundary_structured_error(self.kind)
-        # Copied inside its message, so that a refusal names messages[0].content[j]...
-        turn: LLMMessage = {"role": "user", "content": prompt_input}  # type: ignore[typeddict-item]
-        return copy_messages([turn])[0]  # type: ignore[no-any-return]
+        """See the module function :func:`prepare_prompt_input`."""
+        return prepare_prompt_input(prompt_input, self.config)
 
     # -- public API ----------------------------------------------------------
 
@@ -448,21 +442,14 @@ class Agent:
 
     def _stopped_result(self, run: _Run) -> AgentRunResult:
         """A run ended by its cancel scope: a caller's cancel or the whole-run timer."""
-        error: OMAError
-        if run.cancel_requested:
-            error, code, kind = RunCancelledError(), "cancelled", "cancelled"
-        else:
-            assert self.config.timeout_ms is not None
-            error = RunTimeoutError.for_agent(self.name, self.config.timeout_ms)
-            code, kind = "timeout", "timeout"
         partial = "".join(run.partial)
-        return AgentRunResult(
-            run_id=run.run_id,
-            success=False,
-            output=partial or error.message,
-            status=RunStatus(code, error.message),  # type: ignore[arg-type]
-            error_info=ErrorInfo.from_error(kind, error),  # type: ignore[arg-type]
-        )
+        if run.cancel_requested:
+            return stopped_result(
+                run.run_id, RunCancelledError(), "cancelled", "cancelled", partial=partial
+            )
+        assert self.config.timeout_ms is not None
+        error = RunTimeoutError.for_agent(self.name, self.config.timeout_ms)
+        return stopped_result(run.run_id, error, "timeout", "timeout", partial=partial)
 
     def _outcome_result(
         self, run_id: str, outcome: BackendOutcome, budget: int | None
@@ -491,6 +478,53 @@ class Agent:
             result.error_info = ErrorInfo.from_error(_error_kind(outcome.error), outcome.error)
         result.success = result.status.code == "ok"
         return result
+
+
+def _external_kind(config: AgentConfig) -> BackendKind | None:
+    backend = config.backend
+    return backend.kind if backend is not None and backend.external else None
+
+
+def prepare_run_input(run_input: object, config: AgentConfig) -> list[LLMMessage]:
+    """Guard, boundary check and copy of ``run``/``stream`` input, in that order.
+
+    The one place where input enters (``Agent`` uses it; the daemon and the
+    orchestrator call it at request time, so that bad input is refused
+    before anything is queued, observed or spawned).
+    """
+    if isinstance(run_input, str):
+        return [text_message(run_input)]
+    validate_messages(run_input)
+    kind = _external_kind(config)
+    if kind is not None:
+        raise boundary_structured_error(kind)
+    return copy_messages(run_input)  # type: ignore[arg-type]  # the guard proved the shape
+
+
+def prepare_prompt_input(prompt_input: object, config: AgentConfig) -> LLMMessage:
+    """The same for ``prompt`` input: one user message."""
+    if isinstance(prompt_input, str):
+        return text_message(prompt_input)
+    validate_content_blocks(prompt_input)
+    kind = _external_kind(config)
+    if kind is not None:
+        raise boundary_structured_error(kind)
+    # Copied inside its message, so that a refusal names messages[0].content[j]...
+    turn: LLMMessage = {"role": "user", "content": prompt_input}  # type: ignore[typeddict-item]
+    return copy_messages([turn])[0]  # type: ignore[no-any-return]
+
+
+def stopped_result(
+    run_id: str, error: OMAError, code: StatusCode, kind: ErrorKind, *, partial: str = ""
+) -> AgentRunResult:
+    """The result of a run its cancel scope ended (a cancel, a timeout), or that never began."""
+    return AgentRunResult(
+        run_id=run_id,
+        success=False,
+        output=partial or error.message,
+        status=RunStatus(code, error.message),
+        error_info=ErrorInfo.from_error(kind, error),
+    )
 
 
 def _new_run_id() -> str:

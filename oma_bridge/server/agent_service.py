@@ -18,6 +18,7 @@ The service owns the agents clients open and the runs they start:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -29,17 +30,24 @@ from typing import Any
 import anyio
 import anyio.abc
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from .._version import __version__
-from ..agent import Agent, AgentConfig, RunStream, current_run_id
+from ..agent import (
+    Agent,
+    AgentConfig,
+    RunStream,
+    current_run_id,
+    prepare_run_input,
+    stopped_result,
+)
 from ..backend import PermissionHandler, PermissionRequest
-from ..errors import CallbackError, InvalidMessageError, WireError
+from ..errors import CallbackError, InvalidMessageError, RunCancelledError, WireError
 from ..evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from ..jsonrpc import ConnectionClosedError
 from ..orchestrator import OpenMultiAgent
 from ..results import AgentRunResult
-from .config import AcpProfile, LlmProfile, ProcessProfile, ServerConfig
+from .config import ServerConfig
 from .methods import (
     INVALID_MESSAGE,
     OVERLOADED,
@@ -48,16 +56,14 @@ from .methods import (
     not_found,
     parse_params,
 )
-from .params import NoParams
+from .params import NoParams, WireParams
 from .paths import default_state_dir
-from .profiles import agent_profile_info, profile_agent_config
+from .profiles import Profile, agent_profile_info, profile_agent_config
 from .session import Session
 
 __all__ = ["AgentService"]
 
 logger = logging.getLogger("oma_bridge.server")
-
-Profile = LlmProfile | ProcessProfile | AcpProfile
 
 #: Keys a client may never set: they choose what runs and where (§11.8).
 FORBIDDEN_OVERRIDES = frozenset(
@@ -73,16 +79,12 @@ RUN_ID_VARIABLE = "OMA_BRIDGE_RUN_ID"
 # Params
 
 
-class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class HookFlags(_Params):
+class HookFlags(WireParams):
     beforeRun: StrictBool = False
     afterRun: StrictBool = False
 
 
-class AgentOverrides(_Params):
+class AgentOverrides(WireParams):
     name: StrictStr | None = Field(default=None, min_length=1)
     systemPrompt: StrictStr | None = None
     history: list[Any] | None = None
@@ -92,7 +94,7 @@ class AgentOverrides(_Params):
     hooks: HookFlags | None = None
 
 
-class OpenParams(_Params):
+class OpenParams(WireParams):
     profile: StrictStr
     config: AgentOverrides | None = None
 
@@ -101,24 +103,24 @@ class RunAgentConfig(AgentOverrides):
     profile: StrictStr
 
 
-class RunParams(_Params):
+class RunParams(WireParams):
     agentId: StrictStr
     input: StrictStr | list[Any]
     runId: StrictStr | None = Field(default=None, min_length=1)
 
 
-class RunAgentParams(_Params):
+class RunAgentParams(WireParams):
     config: RunAgentConfig
     input: StrictStr | list[Any]
     runId: StrictStr | None = Field(default=None, min_length=1)
     metadata: dict[str, Any] | None = None
 
 
-class AgentIdParams(_Params):
+class AgentIdParams(WireParams):
     agentId: StrictStr
 
 
-class RunIdParams(_Params):
+class RunIdParams(WireParams):
     runId: StrictStr
 
 
@@ -142,13 +144,19 @@ def _invalid_message(error: InvalidMessageError) -> WireError:
 
 
 @dataclass(eq=False)
-class HostedAgent:
+class HookTarget:
+    """Where an agent's hooks go: the agent, its profile, the owning connection."""
+
     agent_id: str
     profile_name: str
     profile: Profile
+    owner: Session | None
+
+
+@dataclass(eq=False)
+class HostedAgent(HookTarget):
     agent: Agent
     hooks: HookFlags
-    owner: Session | None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     queued: int = 0
     running: int = 0
@@ -179,21 +187,6 @@ class LiveRun:
     started_at: float | None = None
     cancel: Callable[[], bool] | None = None
     cancel_requested: bool = False
-
-
-def _cancelled_before_start(run_id: str) -> AgentRunResult:
-    """A queued run cancelled before it started: nothing was spawned (D5)."""
-    from ..errors import RunCancelledError
-    from ..results import ErrorInfo, RunStatus
-
-    error = RunCancelledError()
-    return AgentRunResult(
-        run_id=run_id,
-        success=False,
-        output=error.message,
-        status=RunStatus("cancelled", error.message),
-        error_info=ErrorInfo.from_error("cancelled", error),
-    )
 
 
 def _least_privilege_reject(request: PermissionRequest) -> str | None:
@@ -268,11 +261,12 @@ class AgentService:
 
     # -- hooks and permissions over the wire ---------------------------------
 
-    def _hooks(self, hosted_ref: list[HostedAgent], flags: HookFlags) -> dict[str, Any]:
+    def _hooks(self, target: Callable[[], HookTarget], flags: HookFlags) -> dict[str, Any]:
+        """The agent's hooks, served by ``target().owner`` over the wire."""
         timeout = self.settings.hook_timeout_s
 
         async def ask(method: str, params: dict[str, Any]) -> Any:
-            hosted = hosted_ref[0]
+            hosted = target()
             owner = hosted.owner
             if owner is None or owner.closed:
                 raise CallbackError(
@@ -290,7 +284,7 @@ class AgentService:
                 raise CallbackError(f"{method} failed: {error.message}") from None
 
         async def before_run(context: dict[str, Any]) -> Any:
-            hosted = hosted_ref[0]
+            hosted = target()
             answer = await ask(
                 "hook/beforeRun",
                 {
@@ -308,7 +302,7 @@ class AgentService:
             return answer
 
         async def after_run(result: AgentRunResult) -> AgentRunResult:
-            hosted = hosted_ref[0]
+            hosted = target()
             answer = await ask(
                 "hook/afterRun",
                 {"agentId": hosted.agent_id, "runId": result.run_id, "result": result.to_wire()},
@@ -384,13 +378,18 @@ class AgentService:
         flags = overrides.hooks or HookFlags()
         self._check_declared_hooks(session, flags)
         profile = self._profile(request.profile)
-        hosted_ref: list[HostedAgent] = []
+        hosted: HostedAgent | None = None
+
+        def target() -> HookTarget:
+            assert hosted is not None  # hooks run only once the agent exists
+            return hosted
+
         agent_id = "agt_" + secrets.token_hex(8)
         try:
             config = self._agent_config(
                 request.profile, profile, overrides, {AGENT_ID_VARIABLE: agent_id}
             )
-            config = config.model_copy(update=self._hooks(hosted_ref, flags))
+            config = config.model_copy(update=self._hooks(target, flags))
         except InvalidMessageError as error:
             raise _invalid_message(error) from None
         hosted = HostedAgent(
@@ -401,7 +400,6 @@ class AgentService:
             hooks=flags,
             owner=session if flags.beforeRun or flags.afterRun else None,
         )
-        hosted_ref.append(hosted)
         self.agents[agent_id] = hosted
         self._use(hosted, session)
         logger.info("agent %s opened (profile %s) by %s", agent_id, request.profile, session.id)
@@ -513,7 +511,8 @@ class AgentService:
         queued = True
         try:
             with run.scope:
-                async with _maybe(hosted.lock if hosted is not None else None), self._slots:
+                lock = hosted.lock if hosted is not None else contextlib.nullcontext()
+                async with lock, self._slots:
                     self._queued -= 1
                     queued = False
                     if hosted is not None:
@@ -525,7 +524,8 @@ class AgentService:
                     finally:
                         if hosted is not None:
                             hosted.running -= 1
-            return _cancelled_before_start(run.run_id)  # the scope caught a cancel while queued
+            # The scope caught a cancel while the run was queued: nothing was spawned (D5).
+            return stopped_result(run.run_id, RunCancelledError(), "cancelled", "cancelled")
         finally:
             if queued:
                 self._queued -= 1
@@ -542,7 +542,6 @@ class AgentService:
         flags = overrides.hooks or HookFlags()
         self._check_declared_hooks(session, flags)
         profile = self._profile(overrides.profile)
-        hosted_ref: list[HostedAgent] = []
         run_id = request.runId or secrets.token_hex(16)
         try:
             config = self._agent_config(
@@ -555,12 +554,10 @@ class AgentService:
             raise _invalid_message(error) from None
         if flags.beforeRun or flags.afterRun:
             # A one-off agent's hooks go to the connection that started it.
-            placeholder = HostedAgent("", overrides.profile, profile, Agent(config), flags, session)
-            hosted_ref.append(placeholder)
-            config = config.model_copy(update=self._hooks(hosted_ref, flags))
-        probe = Agent(config)
+            one_off = HookTarget("", overrides.profile, profile, session)
+            config = config.model_copy(update=self._hooks(lambda: one_off, flags))
         try:
-            probe.prepare_run_input(request.input)
+            prepare_run_input(request.input, config)  # -32010 before anything is queued
         except InvalidMessageError as error:
             raise _invalid_message(error) from None
         run = self._new_run(run_id, None, "oma/runAgent", session)
@@ -717,21 +714,6 @@ class AgentService:
                 for hosted in list(self.agents.values()):
                     tg.start_soon(self._close, hosted)
             await self.orchestrator.shutdown(self.settings.stop_grace_s)
-
-
-class _maybe:
-    """``async with`` a lock, or with nothing."""
-
-    def __init__(self, lock: anyio.Lock | None) -> None:
-        self.lock = lock
-
-    async def __aenter__(self) -> None:
-        if self.lock is not None:
-            await self.lock.acquire()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self.lock is not None:
-            self.lock.release()
 
 
 def _orchestrator(config: ServerConfig, state_dir: Path | None) -> OpenMultiAgent:
