@@ -25,6 +25,7 @@ from .errors import (
     TokenBudgetExceededError,
     is_retryable,
 )
+from .evaluation import EvaluationConfig, EvaluationInput, JsonlFileStore, OnlineEvaluator, Score
 from .messages import (
     AgentPromptInput,
     AgentRunInput,
@@ -34,6 +35,7 @@ from .messages import (
     validate_content_blocks,
     validate_messages,
 )
+from .orchestrator import OpenMultiAgent
 from .redaction import redact
 from .results import AgentRunResult, ErrorInfo, RunStatus, StreamEvent, TokenUsage, ToolCallRecord
 from .tools import ToolDefinition
@@ -53,10 +55,15 @@ __all__ = [
     "ContentBlock",
     "CostBudgetExceededError",
     "ErrorInfo",
+    "EvaluationConfig",
+    "EvaluationInput",
     "InvalidMessageError",
+    "JsonlFileStore",
     "LLMCallTimeoutError",
     "LLMMessage",
     "OMAError",
+    "OnlineEvaluator",
+    "OpenMultiAgent",
     "PermissionRequest",
     "ProviderError",
     "RunCancelledError",
@@ -64,6 +71,7 @@ __all__ = [
     "RunStatus",
     "RunStream",
     "RunTimeoutError",
+    "Score",
     "StreamEvent",
     "TokenBudgetExceededError",
     "TokenUsage",
