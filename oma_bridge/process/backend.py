@@ -68,7 +68,6 @@ class ProcessBackend:
                 cwd=cwd,
                 stdin=config.input == "stdin",
                 stderr_tail_bytes=config.stderr_tail_bytes,
-                labels={"agent": label, "runId": ctx.run_id},
             )
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in argv or env
             reason = (error.strerror if isinstance(error, OSError) else None) or str(error)

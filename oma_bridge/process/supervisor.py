@@ -236,13 +236,11 @@ class Supervisor:
         cwd: str | os.PathLike[str] | None = None,
         stdin: bool = True,
         stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
-        labels: Mapping[str, str] | None = None,
     ) -> SupervisedProcess:
         """Start ``argv`` (exec'd directly, no shell) in a new session.
 
         ``env`` is the profile's overlay on :meth:`child_environment`.
-        Without ``stdin`` the child's stdin is ``/dev/null``.  ``labels``
-        are kept on the handle for status reports (``{"runId": ...}``).  A caller
+        Without ``stdin`` the child's stdin is ``/dev/null``.  A caller
         already cancelled spawns nothing; once the fork is under way it
         finishes shielded, so the caller always gets the handle to stop.
         Raises ``OSError`` when the command cannot start.
@@ -267,7 +265,7 @@ class Supervisor:
         pid = transport.get_pid()
         self._watchdog.register(pid)
         logger.debug("spawned %s as pid %d (tag %s)", argv[0], pid, tag)
-        process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin, labels=labels)
+        process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin)
         self._live[pid] = process
         return process
 
@@ -300,7 +298,6 @@ class SupervisedProcess:
         tag: str,
         *,
         stdin: bool,
-        labels: Mapping[str, str] | None = None,
     ) -> None:
         self._supervisor = supervisor
         self._transport = transport
@@ -312,8 +309,6 @@ class SupervisedProcess:
         self.stdin: ChildStdin | None = protocol.stdin if stdin else None
         self.stdout: ChildStdout = protocol.stdout
         self.stderr: StderrTail = protocol.stderr
-        #: What the spawner said this process is for (agent, run), for status reports.
-        self.labels: dict[str, str] = dict(labels or {})
         self._released = False
         self._linger: asyncio.TimerHandle | None = None
         protocol.on_exit = self._on_exit
