@@ -12,6 +12,7 @@ block); a ``tool_use`` drops ``signature``, Gemini's field.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 import orjson
@@ -19,8 +20,8 @@ import orjson
 from ..errors import ProviderError
 from ..messages import LLMMessage, validate_messages
 from ..results import TokenUsage
-from .http import ProviderHTTP, error_text
-from .sse import SSEEvent, aiter_sse, malformed_event
+from .http import SHAPE_ERRORS, ProviderHTTP, error_text
+from .sse import SSEEvent, malformed_event
 from .types import (
     ChatRequest,
     ChatResponse,
@@ -38,8 +39,6 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 #: The Messages API requires ``max_tokens``; used when the config sets none.
 DEFAULT_MAX_TOKENS = 4096
-#: What a provider's JSON of an unexpected shape raises while it is read.
-_SHAPE_ERRORS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 PROVIDER = "anthropic"
 
 
@@ -142,23 +141,19 @@ class AnthropicAdapter:
             response = ChatResponse([_from_provider(b) for b in data["content"]])  # type: ignore[misc]
             _usage(data.get("usage"), response.usage)
             response.stop_reason = data.get("stop_reason")
-        except _SHAPE_ERRORS:
+        except SHAPE_ERRORS:
             raise self.http.error(f"unexpected answer: {str(data)[:200]}") from None
         return response
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamDelta, None]:
         validate_messages(request.messages)
-        headers = {**self._headers(), "accept": "text/event-stream"}
         decoder = _StreamDecoder(self.http)
-        async with self.http.open(self.url, headers, build_body(request, stream=True)) as response:
-            async for events in aiter_sse(self.http.aiter_bytes(response)):
-                for delta in decoder.batch(events):
-                    yield delta
-                if decoder.failure is not None:
-                    raise decoder.failure
-                if decoder.ended:
-                    return
-        raise self.http.error("stream ended before message_stop")
+        body = build_body(request, stream=True)
+        async with aclosing(self.http.stream(self.url, self._headers(), body, decoder)) as deltas:
+            async for delta in deltas:
+                yield delta
+        if not decoder.finished:
+            raise self.http.error("stream ended before message_stop")
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -174,7 +169,7 @@ class _StreamDecoder:
         #: or the reasoning block that a signature delta completes.
         self.tool: dict[int, tuple[dict[str, Any], list[str]]] = {}
         self.reasoning: dict[int, dict[str, Any]] = {}
-        self.ended = False
+        self.finished = False
         self.failure: ProviderError | None = None
 
     def batch(self, events: list[SSEEvent]) -> list[StreamDelta]:
@@ -188,7 +183,7 @@ class _StreamDecoder:
                 except orjson.JSONDecodeError:
                     raise malformed_event(event, PROVIDER) from None
                 # The hot path, once per token (a data of another shape raises
-                # a _SHAPE_ERRORS, reported as such).
+                # a SHAPE_ERRORS, reported as such).
                 if data.get("type") == "content_block_delta":
                     delta = data["delta"]
                     if delta.get("type") == "text_delta":
@@ -198,12 +193,12 @@ class _StreamDecoder:
                 handled = self.handle(data, event)
                 if handled is not None:
                     out.append(handled)
-                if self.ended:
+                if self.finished:
                     break
         # A failure is raised after the text that came before it is shown.
         except ProviderError as error:
             self.failure = error
-        except _SHAPE_ERRORS as error:  # JSON, but not the provider's documented shape
+        except SHAPE_ERRORS as error:  # JSON, but not the provider's documented shape
             self.failure = self.http.error(f"unexpected stream event: {error!r}")
         self.turn.flush_text(text, out)
         return out
@@ -225,7 +220,7 @@ class _StreamDecoder:
             if stop is not None:
                 self.turn.stop_reason = stop
         elif kind == "message_stop":
-            self.ended = True
+            self.finished = True
             return TurnEnd(self.turn.response())
         elif kind == "error":
             raise self.http.error(f"stream error: {error_text(data) or repr(event.data)}")

@@ -27,10 +27,10 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -38,6 +38,8 @@ import orjson
 
 from ..errors import LLMCallTimeoutError, ProviderError, is_retryable
 from ..redaction import REDACTED, redact
+from .sse import SSEEvent, aiter_sse
+from .types import StreamDelta
 
 __all__ = ["ApiKey", "ProviderHTTP", "RetryPolicy"]
 
@@ -47,6 +49,19 @@ logger = logging.getLogger(__name__)
 _BODY_SNIPPET = 500
 #: Longest wait for a response's connection to be released.
 _CLOSE_TIMEOUT_S = 5.0
+
+
+#: What a provider's JSON of an unexpected shape raises while it is read.
+SHAPE_ERRORS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
+
+
+class StreamDecoder(Protocol):
+    """A provider's event sequence, turned into deltas batch by batch."""
+
+    failure: ProviderError | None
+    finished: bool
+
+    def batch(self, events: list[SSEEvent]) -> list[StreamDelta]: ...
 
 
 @dataclass(frozen=True)
@@ -220,6 +235,25 @@ class ProviderHTTP:
                 delay,
             )
             await anyio.sleep(delay)
+
+    async def stream(
+        self, url: str, headers: Mapping[str, str], body: Any, decoder: StreamDecoder
+    ) -> AsyncGenerator[StreamDelta, None]:
+        """POST ``body``, read the answer as SSE and let ``decoder`` turn it into deltas.
+
+        Each network read becomes one batch of events; a decoder failure is
+        raised after the deltas of its batch, and the response is closed as
+        soon as the decoder says the turn is over.  Whether a stream that
+        simply ended was whole is the adapter's call (``decoder.finished``).
+        """
+        async with self.open(url, {**headers, "accept": "text/event-stream"}, body) as response:
+            async for events in aiter_sse(self.aiter_bytes(response)):
+                for delta in decoder.batch(events):
+                    yield delta
+                if decoder.failure is not None:
+                    raise decoder.failure
+                if decoder.finished:
+                    return
 
     async def aiter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
         """The body of a streaming response; a stall or a broken connection raises."""

@@ -25,6 +25,7 @@ words):
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 import orjson
@@ -32,8 +33,8 @@ import orjson
 from ..errors import ProviderError
 from ..messages import LLMMessage, validate_messages
 from ..results import TokenUsage
-from .http import ProviderHTTP, error_text
-from .sse import SSEEvent, aiter_sse, malformed_event
+from .http import SHAPE_ERRORS, ProviderHTTP, error_text
+from .sse import SSEEvent, malformed_event
 from .types import (
     ChatRequest,
     ChatResponse,
@@ -48,8 +49,6 @@ from .types import (
 __all__ = ["DEFAULT_BASE_URL", "OpenAIAdapter", "build_body"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-#: What a provider's JSON of an unexpected shape raises while it is read.
-_SHAPE_ERRORS = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 PROVIDER = "openai"
 _DONE = b"[DONE]"
 
@@ -188,7 +187,7 @@ class OpenAIAdapter:
         )
         try:
             return self._answer(data)
-        except _SHAPE_ERRORS:
+        except SHAPE_ERRORS:
             raise self.http.error(f"unexpected answer: {str(data)[:200]}") from None
 
     def _answer(self, data: Any) -> ChatResponse:
@@ -211,18 +210,13 @@ class OpenAIAdapter:
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamDelta, None]:
         validate_messages(request.messages)
-        headers = {**self._headers(), "accept": "text/event-stream"}
         decoder = _StreamDecoder(self.http)
-        async with self.http.open(self.url, headers, build_body(request, stream=True)) as response:
-            async for events in aiter_sse(self.http.aiter_bytes(response)):
-                for delta in decoder.batch(events):
-                    yield delta
-                if decoder.failure is not None:
-                    raise decoder.failure
-                if decoder.done:
-                    break
+        body = build_body(request, stream=True)
+        async with aclosing(self.http.stream(self.url, self._headers(), body, decoder)) as deltas:
+            async for delta in deltas:
+                yield delta
         # Some servers end without "[DONE]"; a finish_reason says the turn was whole.
-        if not decoder.done and decoder.turn.stop_reason is None:
+        if not decoder.finished and decoder.turn.stop_reason is None:
             raise self.http.error("stream ended before [DONE]")
         for delta in decoder.finish():
             yield delta
@@ -238,7 +232,7 @@ class _StreamDecoder:
         self.http = http
         self.turn = TurnBuilder()
         self.calls = _ToolCalls(http)
-        self.done = False
+        self.finished = False
         self.failure: ProviderError | None = None
 
     def batch(self, events: list[SSEEvent]) -> list[StreamDelta]:
@@ -248,14 +242,14 @@ class _StreamDecoder:
         try:
             for event in events:
                 if event.data == _DONE:
-                    self.done = True
+                    self.finished = True
                     break
                 try:
                     data = orjson.loads(event.data)
                 except orjson.JSONDecodeError:
                     raise malformed_event(event, PROVIDER) from None
                 # The hot path, once per token: one choice whose delta is just
-                # a piece of text (a data of another shape raises a _SHAPE_ERRORS).
+                # a piece of text (a data of another shape raises a SHAPE_ERRORS).
                 choices = data.get("choices")
                 if choices and len(choices) == 1:
                     choice = choices[0]
@@ -274,7 +268,7 @@ class _StreamDecoder:
         # A failure is raised after the text that came before it is shown.
         except ProviderError as error:
             self.failure = error
-        except _SHAPE_ERRORS as error:  # JSON, but not the provider's documented shape
+        except SHAPE_ERRORS as error:  # JSON, but not the provider's documented shape
             self.failure = self.http.error(f"unexpected stream event: {error!r}")
         self.turn.flush_text(text, out)
         return out
