@@ -39,6 +39,7 @@ from ._version import __version__
 from .backend import PermissionHandler, PermissionOption, PermissionRequest
 from .errors import InvalidMessageError, WireError
 from .jsonrpc import Peer
+from .paths import DISCOVERY_NAME, default_runtime_dir
 from .results import AgentRunResult, StreamEvent
 
 __all__ = [
@@ -81,15 +82,10 @@ class Discovery:
     path: Path
 
 
-def _runtime_dir() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "oma-bridge" if runtime else Path(f"/tmp/oma-bridge-{os.getuid()}")
-
-
 def find_daemon(discovery_dir: Path | str | None = None) -> Discovery:
     """Read the discovery file and check that its daemon is alive."""
-    folder = Path(discovery_dir) if discovery_dir is not None else _runtime_dir()
-    path = folder / "bridge.json"
+    folder = Path(discovery_dir) if discovery_dir is not None else default_runtime_dir()
+    path = folder / DISCOVERY_NAME
     hint = "start one with `oma-bridge serve`"
     try:
         data = orjson.loads(path.read_bytes())

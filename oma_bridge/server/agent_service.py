@@ -46,6 +46,7 @@ from ..errors import CallbackError, InvalidMessageError, RunCancelledError, Wire
 from ..evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from ..jsonrpc import ConnectionClosedError
 from ..orchestrator import OpenMultiAgent
+from ..paths import default_state_dir
 from ..results import AgentRunResult
 from .config import ServerConfig
 from .methods import (
@@ -57,7 +58,6 @@ from .methods import (
     parse_params,
 )
 from .params import NoParams, WireParams
-from .paths import default_state_dir
 from .profiles import Profile, agent_profile_info, profile_agent_config
 from .session import Session
 

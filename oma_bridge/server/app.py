@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ..paths import default_runtime_dir
 from .auth import RequestPolicy, load_token
 from .config import ServerConfig
 from .connection import Gateway
@@ -41,7 +42,6 @@ from .listeners import (
 )
 from .methods import MethodRegistry, parse_params
 from .params import NoParams
-from .paths import default_runtime_dir
 from .session import Session
 
 __all__ = ["RunningServer", "serve"]

@@ -40,8 +40,8 @@ from pydantic import (
     field_validator,
 )
 
+from ..paths import default_socket_path
 from .default_config import DEFAULT_CONFIG_TOML
-from .paths import default_socket_path
 
 __all__ = [
     "EMBEDDED_SOURCE",

@@ -33,6 +33,7 @@ import anyio.to_thread
 
 from ..jsonrpc import unwrap_single_error
 from ..orchestrator import OpenMultiAgent
+from ..paths import default_state_dir
 from ..process.supervisor import configure_supervisor, reap_leftovers
 from .agent_service import AgentService
 from .app import RunningServer, serve
@@ -40,7 +41,6 @@ from .config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
 from .connection import Gateway
 from .exhaustion import ConnectionRefuser
 from .listeners import StartupError
-from .paths import default_state_dir
 from .sdnotify import Notifier
 
 __all__ = ["LiveConfig", "default_state_dir", "run_daemon"]

@@ -18,8 +18,8 @@ from typing import TypedDict
 import orjson
 
 from .._version import __version__
+from ..paths import DISCOVERY_NAME
 from .listeners import StartupError
-from .paths import DISCOVERY_NAME
 
 __all__ = ["PROTOCOL_VERSION", "Discovery", "discovery_path", "remove_discovery", "write_discovery"]
 

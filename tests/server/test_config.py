@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from oma_bridge.paths import default_socket_path
 from oma_bridge.server.config import (
     EMBEDDED_SOURCE,
     AcpProfile,
@@ -17,7 +18,6 @@ from oma_bridge.server.config import (
     load_config,
     parse_config,
 )
-from oma_bridge.server.paths import default_socket_path
 
 
 def _error(text: str, tmp_path: Path) -> ConfigError:

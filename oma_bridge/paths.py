@@ -1,4 +1,7 @@
-"""Where the daemon's files live by default: the socket and, beside it, the discovery file."""
+"""Where the daemon's files live by default: its socket, discovery file and state folder.
+
+Shared by the daemon and its clients (which find it through the discovery file).
+"""
 
 from __future__ import annotations
 
