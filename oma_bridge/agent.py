@@ -264,9 +264,13 @@ class Agent:
         run_id: str | None = None,
         permission_handler: PermissionHandler | None = None,
     ) -> AgentRunResult:
-        """``prompt`` with an already prepared user turn (see :meth:`prepare_prompt_input`)."""
+        """``prompt`` with a user turn from :meth:`prepare_prompt_input`.
+
+        The turn is a fresh copy already and the agent keeps it as it is:
+        the caller hands it over and does not touch it again.
+        """
         async with self._prompt_lock:
-            self._history.append(copy_messages([turn])[0])
+            self._history.append(turn)
             result = await self.execute(
                 copy_messages(self._history), run_id=run_id, permission_handler=permission_handler
             )
@@ -437,7 +441,7 @@ class Agent:
             self.config.before_run,
             messages,
             agent=self.config.model_copy(update={"before_run": None, "after_run": None}),
-            external_kind=self.kind if self.external else None,
+            external_kind=_external_kind(self.config),
         )
 
     def _stopped_result(self, run: _Run) -> AgentRunResult:
