@@ -19,7 +19,6 @@ with them.  JSON-RPC errors raise: ``-32010`` as
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import os
 import uuid
@@ -37,6 +36,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from ._version import __version__
 from .backend import PermissionHandler, PermissionOption, PermissionRequest
+from .callbacks import invoke
 from .errors import InvalidMessageError, WireError
 from .jsonrpc import Peer
 from .paths import DISCOVERY_NAME, default_runtime_dir
@@ -126,13 +126,6 @@ def _raise_for(error: WireError) -> None:
         data = error.data if isinstance(error.data, Mapping) else {}
         raise InvalidMessageError(str(data.get("message") or error.message)) from None
     raise DaemonError(error.rpc_code, error.message, error.data) from None
-
-
-async def _call(callback: Callable[..., Any], *args: Any) -> Any:
-    answer = callback(*args)
-    if inspect.isawaitable(answer):
-        answer = await answer
-    return answer
 
 
 class RemoteAgent:
@@ -361,7 +354,7 @@ class Client:
             self._streams[run_id].send_nowait(StreamEvent(str(event.get("type")), data))  # type: ignore[arg-type]  # the daemon's word
         elif method == "oma/progress" and run_id in self._progress:
             with contextlib.suppress(Exception):
-                await _call(self._progress[run_id], params.get("event"))
+                await invoke(self._progress[run_id], params.get("event"))
 
     async def _on_request(self, method: str, params: Any) -> Any:
         if not isinstance(params, Mapping):
@@ -370,12 +363,12 @@ class Client:
             return await self._answer_permission(params)
         agent = self._agents.get(str(params.get("agentId")))
         if method == "hook/beforeRun" and agent is not None and agent.before_run is not None:
-            answer = await _call(agent.before_run, params.get("context"))
+            answer = await invoke(agent.before_run, params.get("context"))
             if not isinstance(answer, Mapping):
                 raise WireError(-32603, "the beforeRun hook returned no object")
             return {k: answer[k] for k in ("prompt", "messages") if k in answer}
         if method == "hook/afterRun" and agent is not None and agent.after_run is not None:
-            result = await _call(agent.after_run, AgentRunResult.from_wire(params.get("result")))
+            result = await invoke(agent.after_run, AgentRunResult.from_wire(params.get("result")))
             return {"result": result.to_wire()}
         raise WireError(-32601, f"this client does not serve {method}")
 

@@ -22,7 +22,6 @@ Scorers always receive the real output in memory.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import math
 import random
@@ -37,6 +36,7 @@ import anyio
 import anyio.to_thread
 import orjson
 
+from .callbacks import invoke
 from .redaction import redact
 
 __all__ = [
@@ -290,9 +290,7 @@ class OnlineEvaluator:
         for scorer in self.config.scorers:
             name = getattr(scorer, "__name__", type(scorer).__name__)
             try:
-                answer = scorer(job.evaluation)
-                if inspect.isawaitable(answer):
-                    answer = await answer
+                answer = await invoke(scorer, job.evaluation)
                 scores.append({"scorer": name, **_score_of(answer)})
             except Exception as error:
                 failed = True
@@ -326,9 +324,7 @@ class OnlineEvaluator:
 
     async def _notify(self, callback: Callable[[Any], Any], value: Any) -> None:
         try:
-            answer = callback(value)
-            if inspect.isawaitable(answer):
-                await answer
+            await invoke(callback, value)
         except Exception as error:
             self._diagnose(f"evaluation callback failed: {error!r}")
 

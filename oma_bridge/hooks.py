@@ -9,10 +9,10 @@ word on ``success`` after ``afterRun``.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .callbacks import invoke
 from .errors import InvalidMessageError
 from .messages import LLMMessage, copy_messages, last_user_text, validate_messages
 from .results import AgentRunResult, ErrorInfo, RunStatus
@@ -44,13 +44,6 @@ def boundary_messages_error(kind: str) -> InvalidMessageError:
     )
 
 
-async def _call(hook: Callable[[Any], Any], argument: Any) -> Any:
-    result = hook(argument)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
 def before_run_context(messages: list[LLMMessage], agent: Any) -> dict[str, Any]:
     """``{prompt, messages, agent}``: the hook sees copies, never the run's own lists."""
     return {
@@ -76,7 +69,7 @@ async def apply_before_run(
     context = before_run_context(messages, agent)
     original_prompt = context["prompt"]
     snapshot = copy_messages(context["messages"])  # rule 1, before the hook can touch it
-    answer = await _call(hook, context)
+    answer = await invoke(hook, context)
     if not isinstance(answer, Mapping):
         raise InvalidMessageError(
             f"beforeRun must return an object with a string prompt, got {type(answer).__name__}"
@@ -131,7 +124,7 @@ def rewrite_last_user_prompt(messages: list[LLMMessage], prompt: str) -> list[LL
 
 async def apply_after_run(hook: Callable[[Any], Any], result: AgentRunResult) -> AgentRunResult:
     """Run an ``afterRun`` hook; its return value replaces the result."""
-    answer = await _call(hook, result)
+    answer = await invoke(hook, result)
     if not isinstance(answer, AgentRunResult):
         raise InvalidMessageError(
             f"afterRun must return an AgentRunResult, got {type(answer).__name__}"

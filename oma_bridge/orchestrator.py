@@ -9,7 +9,6 @@ evaluation.  Run failures come back as results; only invalid input raises.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import secrets
@@ -19,6 +18,7 @@ from typing import Any, TypeAlias
 
 from .agent import Agent, AgentConfig
 from .backend import PermissionHandler
+from .callbacks import invoke
 from .errors import CallbackError, CostBudgetExceededError
 from .evaluation import EvaluationConfig, OnlineEvaluator
 from .messages import AgentRunInput, copy_messages
@@ -43,9 +43,7 @@ _COST_WITHOUT_ESTIMATOR = (
 async def _call_quietly(callback: Callable[[Any], Any], value: Any, what: str) -> None:
     """Observers never break a run: log what they raise and go on."""
     try:
-        answer = callback(value)
-        if inspect.isawaitable(answer):
-            await answer
+        await invoke(callback, value)
     except Exception:
         logger.exception("%s callback raised; ignored", what)
 
