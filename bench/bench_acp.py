@@ -35,9 +35,9 @@ import acp
 import anyio
 from _util import machine, print_table
 
-from oma_bridge.acp import AcpBackend, AcpConfig
 from oma_bridge.agent import Agent, AgentConfig
-from oma_bridge.backend import RunContext
+from oma_bridge.backends import RunContext
+from oma_bridge.backends.acp import AcpBackend, AcpConfig
 from oma_bridge.messages import text_message
 from oma_bridge.results import StreamEvent
 

@@ -47,8 +47,8 @@ from _util import machine, print_table
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.asyncio.client import connect as ws_connect
 
-from oma_bridge.acp import AcpConfig
 from oma_bridge.agent import Agent, AgentConfig
+from oma_bridge.backends.acp import AcpConfig
 from oma_bridge.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent

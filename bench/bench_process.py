@@ -35,7 +35,7 @@ from _util import machine, print_table
 
 from oma_bridge import Agent
 from oma_bridge.agent import AgentConfig
-from oma_bridge.process import ProcessConfig
+from oma_bridge.backends.process import ProcessConfig
 
 PROMPT = ("0123456789abcdef" * 64)[:1024]
 PROMPT_BYTES = PROMPT.encode()

@@ -40,8 +40,8 @@ from _util import machine, print_table
 
 from oma_bridge import Agent
 from oma_bridge.agent import AgentConfig
-from oma_bridge.backend import RunContext
-from oma_bridge.llm import create_llm_backend
+from oma_bridge.backends import RunContext
+from oma_bridge.backends.llm import create_llm_backend
 from oma_bridge.messages import text_message
 from oma_bridge.results import StreamEvent
 

@@ -8,10 +8,10 @@ The library is usable without the daemon::
     result = await agent.run("hello")
 """
 
-from ._version import __version__
-from .agent import Agent, AgentConfig, AgentState, RunStream
-from .backend import Backend, BackendOutcome, PermissionRequest, RunContext
-from .errors import (
+from oma_bridge._version import __version__
+from oma_bridge.agent import Agent, AgentConfig, AgentState, RunStream
+from oma_bridge.backends import Backend, BackendOutcome, PermissionRequest, RunContext
+from oma_bridge.errors import (
     AuthRequiredError,
     BackendError,
     CallbackError,
@@ -25,8 +25,7 @@ from .errors import (
     TokenBudgetExceededError,
     is_retryable,
 )
-from .evaluation import EvaluationConfig, EvaluationInput, JsonlFileStore, OnlineEvaluator, Score
-from .messages import (
+from oma_bridge.messages import (
     AgentPromptInput,
     AgentRunInput,
     ContentBlock,
@@ -35,10 +34,24 @@ from .messages import (
     validate_content_blocks,
     validate_messages,
 )
-from .orchestrator import OpenMultiAgent
-from .redaction import redact
-from .results import AgentRunResult, ErrorInfo, RunStatus, StreamEvent, TokenUsage, ToolCallRecord
-from .tools import ToolDefinition
+from oma_bridge.orchestration.evaluation import (
+    EvaluationConfig,
+    EvaluationInput,
+    JsonlFileStore,
+    OnlineEvaluator,
+    Score,
+)
+from oma_bridge.orchestration.orchestrator import OpenMultiAgent
+from oma_bridge.redaction import redact
+from oma_bridge.results import (
+    AgentRunResult,
+    ErrorInfo,
+    RunStatus,
+    StreamEvent,
+    TokenUsage,
+    ToolCallRecord,
+)
+from oma_bridge.tools import ToolDefinition
 
 __all__ = [
     "Agent",

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from ._version import __version__
+from oma_bridge._version import __version__
 
 EXIT_FAILED = 1
 EXIT_INVALID = 2
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         return _serve(args)
-    from .client import DaemonError, DaemonNotRunningError
+    from oma_bridge.client import DaemonError, DaemonNotRunningError
 
     try:
         return anyio.run(_CLIENT_COMMANDS[args.command], args)
@@ -108,10 +108,10 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .logs import configure_logging
-    from .server.config import ConfigError, TcpEndpoint, load_config
-    from .server.daemon import run_daemon
-    from .server.listeners import StartupError
+    from oma_bridge.logs import configure_logging
+    from oma_bridge.server.config import ConfigError, TcpEndpoint, load_config
+    from oma_bridge.server.daemon import run_daemon
+    from oma_bridge.server.listeners import StartupError
 
     configure_logging(args.log_format)
     try:
@@ -184,7 +184,7 @@ def _wait_for_children_in_the_loop() -> None:
 
 
 async def _agents(args: argparse.Namespace) -> int:
-    from .client import connect
+    from oma_bridge.client import connect
 
     async with connect(client_name="oma-bridge-cli") as client:
         agents = await client.list_agents()
@@ -194,7 +194,7 @@ async def _agents(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    from .client import connect
+    from oma_bridge.client import connect
 
     async with connect(client_name="oma-bridge-cli") as client:
         status = await client.status()
@@ -238,8 +238,8 @@ async def _status(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from .client import connect
-    from .errors import InvalidMessageError
+    from oma_bridge.client import connect
+    from oma_bridge.errors import InvalidMessageError
 
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     try:

@@ -34,13 +34,13 @@ from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from ._version import __version__
-from .backend import PermissionHandler, PermissionOption, PermissionRequest
-from .callbacks import invoke
-from .errors import InvalidMessageError, WireError
-from .jsonrpc import Peer
-from .paths import DISCOVERY_NAME, default_runtime_dir
-from .results import AgentRunResult, StreamEvent
+from oma_bridge._version import __version__
+from oma_bridge.backends import PermissionHandler, PermissionOption, PermissionRequest
+from oma_bridge.callbacks import invoke
+from oma_bridge.errors import InvalidMessageError, WireError
+from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir
+from oma_bridge.results import AgentRunResult, StreamEvent
+from oma_bridge.rpc import Peer
 
 __all__ = [
     "Client",

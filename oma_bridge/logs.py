@@ -14,7 +14,7 @@ from typing import Literal
 
 import orjson
 
-from .redaction import redact
+from oma_bridge.redaction import redact
 
 __all__ = ["configure_logging"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from .errors import OMAError
-from .messages import LLMMessage
-from .redaction import redact
+from oma_bridge.errors import OMAError
+from oma_bridge.messages import LLMMessage
+from oma_bridge.redaction import redact
 
 __all__ = [
     "AgentRunResult",

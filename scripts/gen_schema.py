@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from oma_bridge.server.wire_schema import protocol_schema
+from oma_bridge.wire.schema import protocol_schema
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "schema" / "protocol.schema.json"
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from oma_bridge.errors import WireError
-from oma_bridge.jsonrpc import (
+from oma_bridge.rpc import (
     INVALID_REQUEST,
     PARSE_ERROR,
     REQUEST_CANCELLED,

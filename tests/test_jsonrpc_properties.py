@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oma_bridge.jsonrpc import Peer, RpcCore, id_key
+from oma_bridge.rpc import Peer, RpcCore, id_key
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
 json_values = st.recursive(

@@ -26,11 +26,11 @@ import pytest
 from websockets.asyncio.client import ClientConnection, unix_connect
 
 from oma_bridge import messages
-from oma_bridge.server import wire_schema
 from oma_bridge.server.app import RunningServer
 from oma_bridge.server.config import parse_config
 from oma_bridge.server.daemon import run_daemon
-from oma_bridge.server.wire_schema import protocol_schema
+from oma_bridge.wire import schema as wire_schema
+from oma_bridge.wire.schema import protocol_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = ROOT / "docs" / "schema" / "protocol.schema.json"

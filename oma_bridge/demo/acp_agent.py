@@ -1,7 +1,7 @@
 """A small, real, offline ACP v1 agent: ``python -m oma_bridge.demo.acp_agent``.
 
 It speaks the Agent Client Protocol over stdin/stdout (one JSON-RPC message
-per line) on the project's own JSON-RPC core (:class:`oma_bridge.jsonrpc.Peer`),
+per line) on the project's own JSON-RPC core (:class:`oma_bridge.rpc.Peer`),
 so it needs no ACP SDK, no network and no key.  It is the embedded default
 config's ``demo`` agent and a readable example of the agent side of ACP.
 
@@ -40,9 +40,9 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from .._version import __version__
-from ..errors import WireError
-from ..jsonrpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Peer
+from oma_bridge._version import __version__
+from oma_bridge.errors import WireError
+from oma_bridge.rpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Peer
 
 __all__ = ["AGENT_NAME", "DemoAgent", "main", "reply_chunks", "serve_stdio"]
 

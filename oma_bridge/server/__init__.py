@@ -4,11 +4,11 @@ Entry point: :func:`serve` (see :mod:`oma_bridge.server.app`).  Wire methods
 plug in through a :class:`MethodRegistry` passed to it.
 """
 
-from .app import RunningServer, serve
-from .config import ConfigError, ServerConfig, load_config, parse_config
-from .listeners import StartupError
-from .methods import MethodRegistry, parse_params
-from .session import Session
+from oma_bridge.server.app import RunningServer, serve
+from oma_bridge.server.config import ConfigError, ServerConfig, load_config, parse_config
+from oma_bridge.server.listeners import StartupError
+from oma_bridge.server.methods import MethodRegistry, parse_params
+from oma_bridge.server.session import Session
 
 __all__ = [
     "ConfigError",

@@ -28,21 +28,21 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..paths import default_runtime_dir
-from .auth import RequestPolicy, load_token
-from .config import ServerConfig
-from .connection import Gateway
-from .discovery import remove_discovery, write_discovery
-from .listeners import (
+from oma_bridge.paths import default_runtime_dir
+from oma_bridge.server.auth import RequestPolicy, load_token
+from oma_bridge.server.config import ServerConfig
+from oma_bridge.server.discovery import remove_discovery, write_discovery
+from oma_bridge.server.gateway import Gateway
+from oma_bridge.server.listeners import (
     ConnectionSlots,
     Listener,
     hold_runtime_dir,
     open_tcp_listener,
     open_unix_listener,
 )
-from .methods import MethodRegistry, parse_params
-from .params import NoParams
-from .session import Session
+from oma_bridge.server.methods import MethodRegistry, parse_params
+from oma_bridge.server.session import Session
+from oma_bridge.wire.params import NoParams
 
 __all__ = ["RunningServer", "serve"]
 

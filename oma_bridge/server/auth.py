@@ -43,7 +43,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import InvalidHeader
 from websockets.headers import parse_subprotocol
 
-from .config import ServerConfig, ServerSection
+from oma_bridge.server.config import ServerConfig, ServerSection
 
 __all__ = [
     "AUTH_SUBPROTOCOL_PREFIX",

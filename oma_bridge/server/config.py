@@ -40,8 +40,8 @@ from pydantic import (
     field_validator,
 )
 
-from ..paths import default_socket_path
-from .default_config import DEFAULT_CONFIG_TOML
+from oma_bridge.paths import default_socket_path
+from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
 
 __all__ = [
     "EMBEDDED_SOURCE",
@@ -288,7 +288,7 @@ class EvaluationSection(_Frozen):
     @field_validator("scorers")
     @classmethod
     def _scorers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from ..evaluation import resolve_scorer
+        from oma_bridge.orchestration.evaluation import resolve_scorer
 
         for spec in value:
             resolve_scorer(spec)  # a ValueError names what is missing
@@ -320,7 +320,7 @@ class ServerConfig(_Frozen):
         ``api_key_env``, else the provider's default).  An external profile
         lists in ``pass_env`` those it needs anyway (PROTOCOL §11.38).
         """
-        from ..provider_keys import DEFAULT_KEY_ENV
+        from oma_bridge.provider_keys import DEFAULT_KEY_ENV
 
         names = {"OMA_BRIDGE_TOKEN"}
         for profile in self.agents.values():

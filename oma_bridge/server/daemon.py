@@ -31,17 +31,17 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from ..jsonrpc import unwrap_single_error
-from ..orchestrator import OpenMultiAgent
-from ..paths import default_state_dir
-from ..process.supervisor import configure_supervisor, reap_leftovers
-from .agent_service import AgentService
-from .app import RunningServer, serve
-from .config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
-from .connection import Gateway
-from .exhaustion import ConnectionRefuser
-from .listeners import StartupError
-from .sdnotify import Notifier
+from oma_bridge.orchestration.orchestrator import OpenMultiAgent
+from oma_bridge.paths import default_state_dir
+from oma_bridge.rpc import unwrap_single_error
+from oma_bridge.server.agents.service import AgentService
+from oma_bridge.server.app import RunningServer, serve
+from oma_bridge.server.config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
+from oma_bridge.server.exhaustion import ConnectionRefuser
+from oma_bridge.server.gateway import Gateway
+from oma_bridge.server.listeners import StartupError
+from oma_bridge.server.sdnotify import Notifier
+from oma_bridge.supervision.supervisor import configure_supervisor, reap_leftovers
 
 __all__ = ["LiveConfig", "default_state_dir", "run_daemon"]
 

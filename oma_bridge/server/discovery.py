@@ -17,9 +17,9 @@ from typing import TypedDict
 
 import orjson
 
-from .._version import __version__
-from ..paths import DISCOVERY_NAME
-from .listeners import StartupError
+from oma_bridge._version import __version__
+from oma_bridge.paths import DISCOVERY_NAME
+from oma_bridge.server.listeners import StartupError
 
 __all__ = ["PROTOCOL_VERSION", "Discovery", "discovery_path", "remove_discovery", "write_discovery"]
 

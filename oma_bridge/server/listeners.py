@@ -34,9 +34,9 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.typing import Subprotocol
 
-from ..paths import LOCK_NAME
-from .auth import Answer, ListenerKind, RequestPolicy, select_subprotocol
-from .config import TcpEndpoint
+from oma_bridge.paths import LOCK_NAME
+from oma_bridge.server.auth import Answer, ListenerKind, RequestPolicy, select_subprotocol
+from oma_bridge.server.config import TcpEndpoint
 
 __all__ = [
     "KEEPALIVE_INTERVAL_S",

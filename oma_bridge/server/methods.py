@@ -19,9 +19,9 @@ from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import WireError
-from ..jsonrpc import INVALID_PARAMS
-from .session import Session
+from oma_bridge.errors import WireError
+from oma_bridge.rpc import INVALID_PARAMS
+from oma_bridge.server.session import Session
 
 __all__ = [
     "MethodHandler",

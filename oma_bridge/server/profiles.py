@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..agent import AgentConfig
-from .config import AcpProfile, LlmProfile, ProcessProfile, ServerSection
+from oma_bridge.agent import AgentConfig
+from oma_bridge.server.config import AcpProfile, LlmProfile, ProcessProfile, ServerSection
 
 __all__ = ["agent_profile_info", "agent_profile_infos", "profile_agent_config"]
 
@@ -68,7 +68,7 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
     # The backends are imported when a profile of their kind is first built,
     # not at start-up (the ACP package alone costs ~30 ms of import time).
     if isinstance(profile, ProcessProfile):
-        from ..process.config import ProcessConfig
+        from oma_bridge.backends.process.config import ProcessConfig
 
         process = ProcessConfig(
             **external,
@@ -84,7 +84,7 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
             },
         )
         return AgentConfig(**common, backend=process)
-    from ..acp.config import AcpConfig
+    from oma_bridge.backends.acp.config import AcpConfig
 
     acp = AcpConfig(
         **external,

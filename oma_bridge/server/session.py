@@ -15,9 +15,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..jsonrpc import Peer
-from .auth import ListenerKind
-from .params import Capabilities, ClientInfo, InitializeParams
+from oma_bridge.rpc import Peer
+from oma_bridge.server.auth import ListenerKind
+from oma_bridge.wire.params import Capabilities, ClientInfo, InitializeParams
 
 __all__ = ["Session"]
 
@@ -60,7 +60,7 @@ class Session:
         timeout): a cancelled wait sends the client ``$/cancel_request
         {"id"}`` and ignores a late answer.  Raises
         :class:`~oma_bridge.errors.WireError` for an error answer and
-        :class:`~oma_bridge.jsonrpc.ConnectionClosedError` when the
+        :class:`~oma_bridge.rpc.ConnectionClosedError` when the
         connection ends first.
         """
         return await self._peer.request(method, params)

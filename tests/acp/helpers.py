@@ -9,8 +9,8 @@ from typing import Any
 
 import psutil
 
-from oma_bridge.acp import AcpBackend, AcpConfig
-from oma_bridge.backend import BackendOutcome, PermissionHandler, RunContext
+from oma_bridge.backends import BackendOutcome, PermissionHandler, RunContext
+from oma_bridge.backends.acp import AcpBackend, AcpConfig
 from oma_bridge.messages import text_message
 from oma_bridge.results import StreamEvent
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 import psutil
 
-from oma_bridge.acp import AcpBackend, AcpConfig
-from oma_bridge.backend import RunContext
+from oma_bridge.backends import RunContext
+from oma_bridge.backends.acp import AcpBackend, AcpConfig
 from oma_bridge.messages import text_message
 
 

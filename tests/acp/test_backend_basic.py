@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from oma_bridge.acp import AcpBackend
+from oma_bridge.backends.acp import AcpBackend
 from oma_bridge.errors import BackendError
 
 from .helpers import group_alive, run_text, scenario_config

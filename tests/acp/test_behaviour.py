@@ -8,8 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from oma_bridge.acp import AcpBackend, AcpConfig
-from oma_bridge.backend import PermissionRequest
+from oma_bridge.backends import PermissionRequest
+from oma_bridge.backends.acp import AcpBackend, AcpConfig
 from oma_bridge.errors import AuthRequiredError, BackendError
 
 from .helpers import Recorder, context, fault_config, run_text, scenario_config

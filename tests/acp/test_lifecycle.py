@@ -12,8 +12,8 @@ import anyio
 import psutil
 import pytest
 
-from oma_bridge.acp import AcpBackend
-from oma_bridge.backend import PermissionRequest
+from oma_bridge.backends import PermissionRequest
+from oma_bridge.backends.acp import AcpBackend
 from oma_bridge.errors import BackendError, RunTimeoutError
 
 from .helpers import (

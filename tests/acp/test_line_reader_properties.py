@@ -6,7 +6,7 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oma_bridge.acp.stdio import LineReader
+from oma_bridge.backends.acp.stdio import LineReader
 
 lines = st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"").rstrip(b"\r")))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from oma_bridge.acp import AcpBackend
+from oma_bridge.backends.acp import AcpBackend
 from oma_bridge.errors import BackendError
 
 from .helpers import Recorder, alive, context, run_text, scenario_config

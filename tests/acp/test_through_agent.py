@@ -7,8 +7,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from oma_bridge.acp import AcpConfig
 from oma_bridge.agent import Agent, AgentConfig
+from oma_bridge.backends.acp import AcpConfig
 from oma_bridge.errors import InvalidMessageError
 
 from .helpers import group_alive, scenario_config

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from oma_bridge.acp import AcpBackend, AcpConfig
+from oma_bridge.backends.acp import AcpBackend, AcpConfig
 
 from .helpers import AGENTS, Recorder, context, run_text
 

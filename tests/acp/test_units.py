@@ -8,12 +8,17 @@ from typing import Any
 import anyio
 import pytest
 
-from oma_bridge.acp.fs import OUTSIDE_CWD, confine, read_text_file
-from oma_bridge.acp.permissions import choose_option, parse_options, selected
-from oma_bridge.acp.schema import InitializeResponse, SessionResponse
-from oma_bridge.acp.stdio import LineReader, LineTooLongError, MessageReader, TooManyBadLinesError
-from oma_bridge.acp.terminal import _trim_to_limit
-from oma_bridge.acp.turn import Turn
+from oma_bridge.backends.acp.fs import OUTSIDE_CWD, confine, read_text_file
+from oma_bridge.backends.acp.schema import InitializeResponse, SessionResponse
+from oma_bridge.backends.acp.stdio import (
+    LineReader,
+    LineTooLongError,
+    MessageReader,
+    TooManyBadLinesError,
+)
+from oma_bridge.backends.acp.terminal import _trim_to_limit
+from oma_bridge.backends.acp.turn import Turn
+from oma_bridge.backends.permissions import choose_option, parse_options, selected
 from oma_bridge.errors import WireError
 from oma_bridge.results import StreamEvent
 

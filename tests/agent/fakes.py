@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from oma_bridge.backend import Backend, BackendKind, BackendOutcome, RunContext
+from oma_bridge.backends import Backend, BackendKind, BackendOutcome, RunContext
 from oma_bridge.errors import BackendError
 from oma_bridge.messages import copy_messages, last_user_text
 from oma_bridge.results import StreamEvent, TokenUsage

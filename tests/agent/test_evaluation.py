@@ -10,7 +10,7 @@ import anyio.lowlevel
 import orjson
 import pytest
 
-from oma_bridge.evaluation import (
+from oma_bridge.orchestration.evaluation import (
     PAYLOAD_CAP,
     EvaluationConfig,
     EvaluationInput,
@@ -20,7 +20,7 @@ from oma_bridge.evaluation import (
     cap_text,
     describe_input,
 )
-from oma_bridge.orchestrator import OpenMultiAgent
+from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 
 from .fakes import Journal, ScriptedConfig
 from .test_orchestrator import llm_config

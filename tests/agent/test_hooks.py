@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from oma_bridge.agent import Agent, AgentConfig
-from oma_bridge.hooks import ensure_outcome, rewrite_last_user_prompt
+from oma_bridge.agent.hooks import ensure_outcome, rewrite_last_user_prompt
 from oma_bridge.results import AgentRunResult, ErrorInfo, RunStatus
 
 from .fakes import Journal, ScriptedConfig

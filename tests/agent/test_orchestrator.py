@@ -9,8 +9,8 @@ import pytest
 
 from oma_bridge.agent import AgentConfig
 from oma_bridge.errors import InvalidMessageError
-from oma_bridge.evaluation import EvaluationConfig
-from oma_bridge.orchestrator import OpenMultiAgent
+from oma_bridge.orchestration.evaluation import EvaluationConfig
+from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.results import TokenUsage
 
 from .fakes import Journal, ScriptedConfig

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 
-from oma_bridge.process.supervisor import Supervisor
+from oma_bridge.supervision.supervisor import Supervisor
 
 TREE = str(Path(__file__).with_name("proc_tree.py"))
 

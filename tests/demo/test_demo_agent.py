@@ -10,9 +10,9 @@ import anyio
 import orjson
 import pytest
 
-from oma_bridge.acp import AcpConfig
 from oma_bridge.agent import Agent, AgentConfig
-from oma_bridge.backend import PermissionRequest
+from oma_bridge.backends import PermissionRequest
+from oma_bridge.backends.acp import AcpConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -31,8 +31,8 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from oma_bridge.acp import AcpConfig
 from oma_bridge.agent import Agent, AgentConfig
+from oma_bridge.backends.acp import AcpConfig
 from oma_bridge.results import AgentRunResult
 
 SESSION = "fz-1"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from oma_bridge.agent import AgentConfig
-from oma_bridge.backend import BackendOutcome, RunContext
-from oma_bridge.llm import LLMBackend, RetryPolicy, create_llm_backend
+from oma_bridge.backends import BackendOutcome, RunContext
+from oma_bridge.backends.llm import LLMBackend, RetryPolicy, create_llm_backend
 from oma_bridge.messages import LLMMessage
 from oma_bridge.results import StreamEvent
 

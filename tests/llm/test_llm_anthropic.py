@@ -8,8 +8,8 @@ import pytest
 from fake_llm_provider import FakeProvider, ToolCall, Turn, encode_sse, sse_reply
 from llm_helpers import PNG_B64, backend_for, image, run_backend, texts, user
 
+from oma_bridge.backends.llm import ChatRequest, TextDelta, ToolSpec, TurnEnd
 from oma_bridge.errors import InvalidMessageError, ProviderError
-from oma_bridge.llm import ChatRequest, TextDelta, ToolSpec, TurnEnd
 from oma_bridge.tools import ToolDefinition
 
 pytestmark = pytest.mark.anyio

@@ -11,9 +11,9 @@ from llm_helpers import image, run_backend, texts, user
 
 from oma_bridge import Agent
 from oma_bridge.agent import AgentConfig
+from oma_bridge.backends.llm import ChatRequest, EchoAdapter, create_llm_backend
+from oma_bridge.backends.llm.sse import SSEDecoder, SSEEvent, malformed_event
 from oma_bridge.errors import InvalidMessageError, ProviderError
-from oma_bridge.llm import ChatRequest, EchoAdapter, create_llm_backend
-from oma_bridge.llm.sse import SSEDecoder, SSEEvent, malformed_event
 
 pytestmark = pytest.mark.anyio
 

@@ -237,7 +237,7 @@ async def test_connection_refused_is_retried_then_fails(api_key: str) -> None:
 async def test_bad_config_fails_the_run_naming_the_field(
     config: dict[str, object], needle: str
 ) -> None:
-    from oma_bridge.llm import create_llm_backend
+    from oma_bridge.backends.llm import create_llm_backend
 
     with pytest.raises(ProviderError, match=needle):
         create_llm_backend(AgentConfig(name="cfg", **config))  # type: ignore[arg-type]

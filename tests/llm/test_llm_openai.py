@@ -8,8 +8,8 @@ import pytest
 from fake_llm_provider import FakeProvider, ToolCall, Turn, encode_sse, sse_event, sse_reply
 from llm_helpers import PNG_B64, backend_for, image, run_backend, texts, user
 
+from oma_bridge.backends.llm import ChatRequest
 from oma_bridge.errors import InvalidMessageError
-from oma_bridge.llm import ChatRequest
 from oma_bridge.tools import ToolDefinition
 
 pytestmark = pytest.mark.anyio
@@ -191,7 +191,12 @@ async def test_assistant_turn_of_own_reasoning_only_is_sent_as_empty_text(
 
 def test_factory_defaults() -> None:
     from oma_bridge.agent import AgentConfig
-    from oma_bridge.llm import AnthropicAdapter, EchoAdapter, OpenAIAdapter, create_llm_backend
+    from oma_bridge.backends.llm import (
+        AnthropicAdapter,
+        EchoAdapter,
+        OpenAIAdapter,
+        create_llm_backend,
+    )
 
     default = create_llm_backend(AgentConfig(name="d", model="claude"))
     assert isinstance(default.adapter, AnthropicAdapter)  # provider unset: anthropic, as in OMA

@@ -8,7 +8,7 @@ import pytest
 from fake_llm_provider import FakeProvider, ToolCall, Turn
 
 from oma_bridge.agent import AgentConfig
-from oma_bridge.orchestrator import OpenMultiAgent
+from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.results import TokenUsage
 from oma_bridge.tools import ToolDefinition
 

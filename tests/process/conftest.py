@@ -11,9 +11,9 @@ from typing import Any
 
 import psutil
 
-from oma_bridge.backend import BackendOutcome, RunContext
+from oma_bridge.backends import BackendOutcome, RunContext
+from oma_bridge.backends.process import ProcessConfig
 from oma_bridge.messages import LLMMessage
-from oma_bridge.process import ProcessConfig
 from oma_bridge.results import StreamEvent
 
 AGENTS = Path(__file__).parent.parent / "agents"

@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from oma_bridge import Agent, AgentConfig, RunStream
+from oma_bridge.backends.process import ProcessConfig
 from oma_bridge.errors import InvalidMessageError
-from oma_bridge.process import ProcessConfig
 
 from .conftest import PYTHON, gone, kill_all, script, tree_pids, wait_gone
 

@@ -11,9 +11,9 @@ import anyio
 import psutil
 import pytest
 
+from oma_bridge.backends.process import ProcessConfig, build_prompt
 from oma_bridge.errors import BackendError, RunTimeoutError
-from oma_bridge.process import ProcessConfig, build_prompt
-from oma_bridge.process.supervisor import TAG_VARIABLE, default_supervisor
+from oma_bridge.supervision.supervisor import TAG_VARIABLE, default_supervisor
 
 from .conftest import (
     PYTHON,
@@ -390,7 +390,7 @@ def test_python_is_the_venv_python() -> None:
 def test_process_config_is_a_frozen_strict_backend_config() -> None:
     from pydantic import ValidationError
 
-    from oma_bridge.backend import BackendConfig
+    from oma_bridge.backends import BackendConfig
 
     config = ProcessConfig(command="wc", args=["-w"])  # type: ignore[arg-type]
     assert isinstance(config, BackendConfig)

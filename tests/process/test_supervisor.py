@@ -16,13 +16,13 @@ import orjson
 import psutil
 import pytest
 
-from oma_bridge.process import (
+from oma_bridge.backends.process import (
     Supervisor,
     configure_supervisor,
     default_supervisor,
     reap_leftovers,
 )
-from oma_bridge.process._watchdog import start_time
+from oma_bridge.supervision.watchdog import start_time
 
 from .conftest import AGENTS, kill_all, wait_gone
 
@@ -208,7 +208,7 @@ async def test_a_dead_watchdog_is_replaced_and_still_guards() -> None:
 
 
 def test_the_state_file_stays_small_under_steady_traffic(tmp_path: Path) -> None:
-    from oma_bridge.process import _watchdog
+    from oma_bridge.supervision import watchdog as _watchdog
 
     state = tmp_path / "cafe.state"
     sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)

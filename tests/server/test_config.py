@@ -164,8 +164,8 @@ def test_invalid_toml_and_unreadable_file(tmp_path: Path) -> None:
 
 
 def test_profiles_become_agent_configs(tmp_path: Path) -> None:
-    from oma_bridge.acp.config import AcpConfig
-    from oma_bridge.process.config import ProcessConfig
+    from oma_bridge.backends.acp.config import AcpConfig
+    from oma_bridge.backends.process.config import ProcessConfig
     from oma_bridge.server.profiles import profile_agent_config
 
     config = parse_config(

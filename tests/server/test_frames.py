@@ -15,7 +15,7 @@ from websockets.frames import CloseCode
 
 from oma_bridge.errors import WireError
 from oma_bridge.server import MethodRegistry, Session, parse_params
-from oma_bridge.server.params import WireParams
+from oma_bridge.wire.params import WireParams
 
 from .helpers import INIT_PARAMS, call, initialize, make_config, running_daemon, unix_session
 

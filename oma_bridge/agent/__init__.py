@@ -1,0 +1,21 @@
+"""The agent layer: :class:`Agent` (run / stream / prompt / history), its config and hooks."""
+
+from oma_bridge.agent.agent import (
+    Agent,
+    AgentConfig,
+    AgentState,
+    RunStream,
+    current_run_id,
+    prepare_run_input,
+    stopped_result,
+)
+
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "AgentState",
+    "RunStream",
+    "current_run_id",
+    "prepare_run_input",
+    "stopped_result",
+]

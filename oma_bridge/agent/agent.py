@@ -1,0 +1,753 @@
+"""Agents: ``AgentConfig`` and ``Agent`` (run / stream / prompt / history)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from oma_bridge.agent.hooks import (
+    apply_after_run,
+    apply_before_run,
+    boundary_structured_error,
+    ensure_outcome,
+)
+from oma_bridge.backends import (
+    Backend,
+    BackendConfig,
+    BackendKind,
+    BackendOutcome,
+    Emit,
+    PermissionHandler,
+    RunContext,
+)
+from oma_bridge.errors import (
+    BackendError,
+    CallbackError,
+    CostBudgetExceededError,
+    LLMCallTimeoutError,
+    OMAError,
+    ProviderError,
+    RunCancelledError,
+    RunTimeoutError,
+    TokenBudgetExceededError,
+)
+from oma_bridge.messages import (
+    AgentPromptInput,
+    AgentRunInput,
+    LLMMessage,
+    copy_messages,
+    text_message,
+    validate_content_blocks,
+    validate_messages,
+)
+from oma_bridge.results import (
+    AgentRunResult,
+    ErrorInfo,
+    ErrorKind,
+    RunStatus,
+    StatusCode,
+    StreamEvent,
+    TokenUsage,
+)
+from oma_bridge.tools import ToolDefinition
+
+__all__ = [
+    "AfterRunHook",
+    "Agent",
+    "AgentConfig",
+    "AgentState",
+    "BeforeRunHook",
+    "RunStream",
+    "prepare_prompt_input",
+    "prepare_run_input",
+    "stopped_result",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The id of the run being executed in this context; hooks served over the
+#: wire read it to tell the client which run they belong to.
+current_run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "oma_bridge_current_run_id", default=None
+)
+
+#: ``before_run(ctx) -> ctx`` where ctx is ``{"prompt", "messages", "agent"}``.
+BeforeRunHook: TypeAlias = Callable[[dict[str, Any]], Any | Awaitable[Any]]
+#: ``after_run(result) -> result`` with an ``AgentRunResult``.
+AfterRunHook: TypeAlias = Callable[[Any], Any | Awaitable[Any]]
+
+
+class AgentConfig(BaseModel):
+    """The configuration of one agent; frozen once built.
+
+    ``backend`` is ``None`` for an LLM-backed agent, else the config of an
+    external backend (process or ACP).  An invalid ``history`` raises
+    :class:`~oma_bridge.errors.InvalidMessageError` at construction.
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    name: str = "agent"
+    description: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    system_prompt: str | None = None
+    history: tuple[Any, ...] = ()
+    max_turns: int = Field(default=10, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_token_budget: int | None = Field(default=None, ge=0)
+    timeout_ms: int | None = Field(default=None, gt=0)
+    call_timeout_ms: int | None = Field(default=None, gt=0)
+    temperature: float | None = None
+    tools: tuple[ToolDefinition, ...] = ()
+    before_run: BeforeRunHook | None = None
+    after_run: AfterRunHook | None = None
+    backend: BackendConfig | None = None
+
+    @field_validator("history", mode="before")
+    @classmethod
+    def _guard_history(cls, value: Any) -> tuple[Any, ...]:
+        if value is None:
+            return ()
+        validate_messages(value)
+        return tuple(copy_messages(value))
+
+    def history_messages(self) -> list[LLMMessage]:
+        """An independent copy of the seeded history."""
+        return copy_messages(self.history)
+
+
+# ---------------------------------------------------------------------------
+# The agent
+
+
+@dataclass
+class AgentState:
+    """A snapshot of an agent: ``idle``, ``running``, ``completed`` or ``error``."""
+
+    status: Literal["idle", "running", "completed", "error"] = "idle"
+    messages: list[LLMMessage] = field(default_factory=list)
+    token_usage: TokenUsage = field(default_factory=TokenUsage)
+    error: str | None = None
+
+
+@dataclass
+class _Run:
+    """The control block of one live run: its cancel scope and why it ended."""
+
+    run_id: str
+    scope: anyio.CancelScope
+    cancel_requested: bool = False
+    partial: list[str] = field(default_factory=list)
+    #: Set when the run has fully ended, its backend's clean-up included.
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    def cancel(self) -> None:
+        self.cancel_requested = True
+        self.scope.cancel()
+
+
+async def _discard(_event: StreamEvent) -> None:
+    return None
+
+
+class Agent:
+    """One agent: an LLM loop, a process, or an ACP session behind one API.
+
+    The backend is created lazily on the first run and cached (an ACP agent
+    keeps its protocol session across runs, and across :meth:`reset`).
+    Input is guarded and copied when a method is called, before any hook,
+    state change or backend work.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        permission_handler: PermissionHandler | None = None,
+    ) -> None:
+        if config.backend is None and config.model is None and config.provider != "echo":
+            raise ValueError(f'Agent "{config.name}" needs a model (or a backend)')
+        self.config = config
+        self.permission_handler = permission_handler
+        self._history: list[LLMMessage] = config.history_messages()
+        self._state = AgentState()
+        self._backend: Backend | None = None
+        self._runs: dict[str, _Run] = {}
+        self._streams: dict[asyncio.Task[None], _StreamOutcome] = {}
+        self._prompt_lock = anyio.Lock()
+        self._closed = False
+
+    # -- identity ----------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def kind(self) -> BackendKind:
+        return "llm" if self.config.backend is None else self.config.backend.kind
+
+    @property
+    def external(self) -> bool:
+        """Text-only backends (process, ACP) refuse structured input."""
+        return self.config.backend is not None and self.config.backend.external
+
+    @property
+    def state(self) -> AgentState:
+        return AgentState(
+            status=self._state.status,
+            messages=copy_messages(self._state.messages),
+            token_usage=TokenUsage(**self._state.token_usage.to_wire()),
+            error=self._state.error,
+        )
+
+    @property
+    def active_run_ids(self) -> list[str]:
+        return list(self._runs)
+
+    # -- input preparation: the one place where input enters ---------------
+
+    def prepare_run_input(self, run_input: object) -> list[LLMMessage]:
+        """See the module function :func:`prepare_run_input`."""
+        return prepare_run_input(run_input, self.config)
+
+    def prepare_prompt_input(self, prompt_input: object) -> LLMMessage:
+        """See the module function :func:`prepare_prompt_input`."""
+        return prepare_prompt_input(prompt_input, self.config)
+
+    # -- public API ----------------------------------------------------------
+
+    async def run(self, run_input: AgentRunInput, *, run_id: str | None = None) -> AgentRunResult:
+        """A fresh conversation: reads and writes no history.
+
+        Invalid input raises :class:`InvalidMessageError` before any hook or
+        state change; every other failure comes back as a failed result.
+        """
+        messages = self.prepare_run_input(run_input)
+        return await self.execute(messages, run_id=run_id)
+
+    def stream(self, run_input: AgentRunInput, *, run_id: str | None = None) -> RunStream:
+        """Validate now, then return an async iterator of :class:`StreamEvent`.
+
+        A plain method (not an async generator) so that bad input raises here,
+        before any event (D11).  The stream ends with ``done`` carrying the
+        result, or with ``error`` alone when a hook failed.  Leaving it early
+        (``break``, ``aclose()``, ``async with``) cancels the run and ends its
+        processes.
+        """
+        messages = self.prepare_run_input(run_input)
+        return RunStream(self, messages, run_id or _new_run_id())
+
+    async def prompt(
+        self, prompt_input: AgentPromptInput, *, run_id: str | None = None
+    ) -> AgentRunResult:
+        """A turn of the agent's conversation: history in, history out.
+
+        The user turn is stored as given (never as a hook rewrote it), before
+        the run, so a failed run keeps it; the run's messages follow it.
+        Invalid input raises and is not stored.
+        """
+        turn = self.prepare_prompt_input(prompt_input)
+        return await self.execute_prompt(turn, run_id=run_id)
+
+    async def execute_prompt(
+        self,
+        turn: LLMMessage,
+        *,
+        run_id: str | None = None,
+        permission_handler: PermissionHandler | None = None,
+    ) -> AgentRunResult:
+        """``prompt`` with a user turn from :meth:`prepare_prompt_input`.
+
+        The turn is a fresh copy already and the agent keeps it as it is:
+        the caller hands it over and does not touch it again.
+        """
+        async with self._prompt_lock:
+            self._history.append(turn)
+            result = await self.execute(
+                copy_messages(self._history), run_id=run_id, permission_handler=permission_handler
+            )
+            self._history.extend(copy_messages(result.messages))
+            return result
+
+    def get_history(self) -> list[LLMMessage]:
+        """A deep copy of the conversation so far."""
+        return copy_messages(self._history)
+
+    def reset(self) -> None:
+        """Clear history and state; keep the backend (and an ACP session)."""
+        self._history = []
+        self._state = AgentState()
+
+    def cancel(self, run_id: str | None = None) -> bool:
+        """Cancel one live run (or all, with no id); ``True`` if one was live.
+
+        The cancelled run still returns a result, with ``status.code ==
+        "cancelled"``.
+        """
+        targets = list(self._runs.values()) if run_id is None else [self._runs.get(run_id)]
+        live = [run for run in targets if run is not None]
+        for run in live:
+            run.cancel()
+        return bool(live)
+
+    async def close(self) -> None:
+        """Cancel live runs and dispose of the backend (its processes end)."""
+        self._closed = True
+        live = list(self._runs.values())
+        self.cancel()
+        for task, outcome in list(self._streams.items()):
+            outcome.stop(task)
+        if self._streams:
+            # Shielded: the backends' own stop (SIGTERM, grace, SIGKILL) must finish.
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait(list(self._streams))
+        # Runs awaited by other tasks end too before the backend goes, so that
+        # their processes are gone when close() returns (PROTOCOL §11.36).
+        with anyio.CancelScope(shield=True):
+            for run in live:
+                await run.ended.wait()
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            with anyio.CancelScope(shield=True):
+                await backend.aclose()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- the run -------------------------------------------------------------
+
+    def _get_backend(self) -> Backend:
+        if self._backend is None:
+            if self.config.backend is not None:
+                self._backend = self.config.backend.create(self.config)
+            else:
+                from oma_bridge.backends.llm import (
+                    create_llm_backend,  # imported late: keeps httpx off start-up
+                )
+
+                self._backend = create_llm_backend(self.config)
+        return self._backend
+
+    async def execute(
+        self,
+        messages: list[LLMMessage],
+        *,
+        run_id: str | None,
+        emit: Emit = _discard,
+        max_token_budget: int | None = None,
+        permission_handler: PermissionHandler | None = None,
+        raise_callback_errors: bool = False,
+    ) -> AgentRunResult:
+        """Run already prepared input: hooks, backend, outcome rules.
+
+        Never raises for a run failure.  ``max_token_budget`` narrows the
+        agent's own ceiling (the smallest applies).
+
+        ``permission_handler`` overrides the agent's own for this run (the
+        daemon asks the connection that started it).
+        ``raise_callback_errors`` makes a hook failure raise :class:`_HookFailed`
+        (carrying the failed result) so a stream can end with ``error`` alone.
+        """
+        if self._closed:
+            raise RuntimeError(f'Agent "{self.name}" is closed')
+        run = _Run(run_id or _new_run_id(), anyio.CancelScope())
+        if run.run_id in self._runs:
+            raise ValueError(f'run id "{run.run_id}" is already live on agent "{self.name}"')
+        self._runs[run.run_id] = run
+        self._state.status = "running"
+        budget = _smallest(self.config.max_token_budget, max_token_budget)
+
+        async def record(event: StreamEvent) -> None:
+            if event.type == "text":
+                run.partial.append(event.data)
+            await emit(event)
+
+        token = current_run_id.set(run.run_id)
+        try:
+            result = await self._run_guarded(
+                run, messages, record, budget, permission_handler or self.permission_handler
+            )
+        finally:
+            current_run_id.reset(token)
+            del self._runs[run.run_id]
+            run.ended.set()
+        self._state.status = "completed" if result.success else "error"
+        self._state.messages = copy_messages(result.messages)
+        self._state.token_usage = TokenUsage(**result.token_usage.to_wire())
+        self._state.error = None if result.success else result.output
+        if raise_callback_errors and result.error_info and result.error_info.kind == "callback":
+            raise _HookFailed(result)
+        return result
+
+    async def _run_guarded(
+        self,
+        run: _Run,
+        messages: list[LLMMessage],
+        emit: Emit,
+        budget: int | None,
+        permission_handler: PermissionHandler | None,
+    ) -> AgentRunResult:
+        timeout_s = self.config.timeout_ms / 1000 if self.config.timeout_ms else None
+        outcome: BackendOutcome | None = None
+        failure: tuple[BaseException, ErrorKind] | None = None
+        with run.scope:
+            if timeout_s is not None:
+                run.scope.deadline = anyio.current_time() + timeout_s
+            try:
+                messages = await self._before_run(messages)
+            except Exception as error:  # a hook failure: no backend call
+                failure = (error, "callback")
+            if failure is None and not run.scope.cancel_called:
+                context = RunContext(
+                    run_id=run.run_id,
+                    agent_name=self.name,
+                    messages=messages,
+                    system_prompt=self.config.system_prompt,
+                    emit=emit,
+                    max_token_budget=budget,
+                    max_turns=self.config.max_turns,
+                    permission_handler=permission_handler,
+                )
+                try:
+                    outcome = await self._get_backend().run(context)
+                except Exception as error:
+                    failure = (error, _error_kind(error))
+        if run.scope.cancel_called and outcome is None and failure is None:
+            return self._stopped_result(run)
+        if failure is not None:
+            return _failed_result(run.run_id, *failure)
+        assert outcome is not None
+        result = self._outcome_result(run.run_id, outcome, budget)
+        if self.config.after_run is not None:
+            try:
+                result = await apply_after_run(self.config.after_run, result)
+            except Exception as error:
+                return _failed_result(run.run_id, error, "callback")
+        return ensure_outcome(result)
+
+    async def _before_run(self, messages: list[LLMMessage]) -> list[LLMMessage]:
+        if self.config.before_run is None:
+            return messages
+        return await apply_before_run(
+            self.config.before_run,
+            messages,
+            agent=self.config.model_copy(update={"before_run": None, "after_run": None}),
+            external_kind=_external_kind(self.config),
+        )
+
+    def _stopped_result(self, run: _Run) -> AgentRunResult:
+        """A run ended by its cancel scope: a caller's cancel or the whole-run timer."""
+        partial = "".join(run.partial)
+        if run.cancel_requested:
+            return stopped_result(
+                run.run_id, RunCancelledError(), "cancelled", "cancelled", partial=partial
+            )
+        assert self.config.timeout_ms is not None
+        error = RunTimeoutError.for_agent(self.name, self.config.timeout_ms)
+        return stopped_result(run.run_id, error, "timeout", "timeout", partial=partial)
+
+    def _outcome_result(
+        self, run_id: str, outcome: BackendOutcome, budget: int | None
+    ) -> AgentRunResult:
+        result = AgentRunResult(
+            run_id=run_id,
+            success=True,
+            output=outcome.output,
+            messages=outcome.messages,
+            token_usage=outcome.token_usage,
+            tool_calls=outcome.tool_calls,
+            budget_exceeded=outcome.budget_exceeded,
+        )
+        if outcome.budget_exceeded:
+            error: OMAError = TokenBudgetExceededError(
+                self.name, outcome.token_usage.total, budget or 0
+            )
+            result.status = RunStatus("budget_exhausted", error.message)
+            result.error_info = ErrorInfo.from_error("budget", error)
+        elif outcome.cancelled:
+            error = RunCancelledError()
+            result.status = RunStatus("cancelled", error.message)
+            result.error_info = ErrorInfo.from_error("cancelled", error)
+        elif outcome.error is not None:
+            result.status = RunStatus("error", outcome.error.message)
+            result.error_info = ErrorInfo.from_error(_error_kind(outcome.error), outcome.error)
+        result.success = result.status.code == "ok"
+        return result
+
+
+def _external_kind(config: AgentConfig) -> BackendKind | None:
+    backend = config.backend
+    return backend.kind if backend is not None and backend.external else None
+
+
+def prepare_run_input(run_input: object, config: AgentConfig) -> list[LLMMessage]:
+    """Guard, boundary check and copy of ``run``/``stream`` input, in that order.
+
+    The one place where input enters (``Agent`` uses it; the daemon and the
+    orchestrator call it at request time, so that bad input is refused
+    before anything is queued, observed or spawned).
+    """
+    if isinstance(run_input, str):
+        return [text_message(run_input)]
+    validate_messages(run_input)
+    kind = _external_kind(config)
+    if kind is not None:
+        raise boundary_structured_error(kind)
+    return copy_messages(run_input)  # type: ignore[arg-type]  # the guard proved the shape
+
+
+def prepare_prompt_input(prompt_input: object, config: AgentConfig) -> LLMMessage:
+    """The same for ``prompt`` input: one user message."""
+    if isinstance(prompt_input, str):
+        return text_message(prompt_input)
+    validate_content_blocks(prompt_input)
+    kind = _external_kind(config)
+    if kind is not None:
+        raise boundary_structured_error(kind)
+    # Copied inside its message, so that a refusal names messages[0].content[j]...
+    turn: LLMMessage = {"role": "user", "content": prompt_input}  # type: ignore[typeddict-item]
+    return copy_messages([turn])[0]  # type: ignore[no-any-return]
+
+
+def stopped_result(
+    run_id: str, error: OMAError, code: StatusCode, kind: ErrorKind, *, partial: str = ""
+) -> AgentRunResult:
+    """The result of a run its cancel scope ended (a cancel, a timeout), or that never began."""
+    return AgentRunResult(
+        run_id=run_id,
+        success=False,
+        output=partial or error.message,
+        status=RunStatus(code, error.message),
+        error_info=ErrorInfo.from_error(kind, error),
+    )
+
+
+def _new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _smallest(*ceilings: int | None) -> int | None:
+    present = [c for c in ceilings if c is not None]
+    return min(present) if present else None
+
+
+def _error_kind(error: BaseException) -> ErrorKind:
+    if isinstance(error, ProviderError):
+        return "provider"
+    if isinstance(error, LLMCallTimeoutError | RunTimeoutError):
+        return "timeout"
+    if isinstance(error, TokenBudgetExceededError | CostBudgetExceededError):
+        return "budget"
+    if isinstance(error, CallbackError):
+        return "callback"
+    if isinstance(error, BackendError):
+        return "backend"
+    if isinstance(error, RunCancelledError):
+        return "cancelled"
+    if isinstance(error, OMAError):
+        return "backend"
+    return "internal"
+
+
+_STATUS_BY_KIND: dict[ErrorKind, StatusCode] = {
+    "timeout": "timeout",
+    "budget": "budget_exhausted",
+    "cancelled": "cancelled",
+}
+
+
+def _failed_result(run_id: str, error: BaseException, kind: ErrorKind) -> AgentRunResult:
+    """OMA's exception path: no messages, no usage, the message as output."""
+    if kind == "internal":
+        logger.error("internal error in a run", exc_info=error)
+    message = str(error) or type(error).__name__
+    return AgentRunResult(
+        run_id=run_id,
+        success=False,
+        output=message,
+        status=RunStatus(_STATUS_BY_KIND.get(kind, "error"), message),
+        error_info=ErrorInfo.from_error(kind, error),
+    )
+
+
+class _HookFailed(Exception):
+    """Carries the failed result of a hook out of a stream's producer."""
+
+    def __init__(self, result: AgentRunResult) -> None:
+        super().__init__(result.output)
+        self.result = result
+
+
+# ---------------------------------------------------------------------------
+# Streaming
+
+
+@dataclass
+class _StreamOutcome:
+    """What a stream's producer shares with its consumer: its result, its scope."""
+
+    result: AgentRunResult | None = None
+    #: The producer's cancel scope, set once it runs.
+    scope: anyio.CancelScope | None = None
+
+    def stop(self, task: asyncio.Task[None]) -> None:
+        """End the producer through its cancel scope, so shielded clean-up runs whole.
+
+        A native ``task.cancel()`` would break through the backends' shielded
+        stops (a process would lose its SIGTERM grace); it is used only for a
+        producer that has not started, which has nothing to clean up.
+        """
+        if self.scope is not None:
+            self.scope.cancel()
+        elif not task.done():
+            task.cancel()
+
+
+class RunStream:
+    """The async iterator returned by :meth:`Agent.stream`.
+
+    The run executes in a task owned by the agent, so that backends may hold
+    task groups open while events flow (a task group must not stay open
+    across a ``yield``).  A zero-size buffer gives backpressure: a slow
+    consumer slows the producer instead of growing memory.  The task holds no
+    reference to this object, so a consumer that drops the stream early lets
+    it be collected, and ``__del__`` cancels the run.  ``result`` holds the
+    final :class:`AgentRunResult` once the stream has ended.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        messages: list[LLMMessage],
+        run_id: str,
+        *,
+        permission_handler: PermissionHandler | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self._agent = agent
+        self._permission_handler = permission_handler
+        self._messages: list[LLMMessage] | None = messages
+        self._outcome = _StreamOutcome()
+        self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](0)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def result(self) -> AgentRunResult | None:
+        return self._outcome.result
+
+    def __aiter__(self) -> RunStream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        if self._task is None:
+            self._start()
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            await self._finish()
+            raise StopAsyncIteration from None
+
+    def _start(self) -> None:
+        if self._messages is None:
+            raise RuntimeError("a stream can be iterated once")
+        messages, self._messages = self._messages, None
+        producer = _produce(
+            self._agent, messages, self.run_id, self._send, self._outcome, self._permission_handler
+        )
+        self._task = asyncio.get_running_loop().create_task(producer)
+        streams = self._agent._streams
+        streams[self._task] = self._outcome
+        self._task.add_done_callback(lambda task: streams.pop(task, None))
+
+    async def _finish(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait([task])
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]  # a bug in the run: surface it
+
+    def cancel(self) -> bool:
+        """Cancel the run; the stream then ends with a ``cancelled`` result."""
+        return self._agent.cancel(self.run_id)
+
+    async def aclose(self) -> None:
+        """Stop the run (its processes end) and release the stream."""
+        self._messages = None
+        task = self._task
+        if task is not None and not task.done():
+            self._outcome.stop(task)
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([task])
+        self._receive.close()
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        # A consumer that breaks out of ``async for`` without closing: the run
+        # must not outlive its stream, so its task is cancelled here.
+        task = self._task
+        if task is not None and not task.done():
+            self._outcome.stop(task)
+
+
+def _error_event(name: str | None, message: str, code: str | None) -> StreamEvent:
+    data: dict[str, Any] = {"name": name or "Error", "message": message}
+    if code:
+        data["code"] = code
+    return StreamEvent("error", data)
+
+
+async def _produce(
+    agent: Agent,
+    messages: list[LLMMessage],
+    run_id: str,
+    send: MemoryObjectSendStream[StreamEvent],
+    outcome: _StreamOutcome,
+    permission_handler: PermissionHandler | None,
+) -> None:
+    """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook).
+
+    Its cancel scope is how :class:`RunStream` and :meth:`Agent.close` end it
+    (see :meth:`_StreamOutcome.stop`).
+    """
+    with anyio.CancelScope() as outcome.scope:
+        async with send:
+            try:
+                result = await agent.execute(
+                    messages,
+                    run_id=run_id,
+                    emit=send.send,
+                    permission_handler=permission_handler,
+                    raise_callback_errors=True,
+                )
+            except _HookFailed as failed:
+                outcome.result = failed.result
+                info = failed.result.error_info
+                name, code = (info.name, info.code) if info is not None else (None, None)
+                await send.send(_error_event(name, failed.result.output, code))
+                return
+            outcome.result = result
+            info = result.error_info
+            if info is not None and info.kind in ("backend", "provider", "internal"):
+                await send.send(_error_event(info.name, info.message or result.output, info.code))
+            await send.send(StreamEvent("done", result))

@@ -1,0 +1,139 @@
+"""The one protocol every backend (LLM, process, ACP) implements.
+
+A backend runs one turn of work for an :class:`~oma_bridge.agent.Agent`.  It
+receives a :class:`RunContext` (the prepared, already validated and copied
+input, the system prompt, an ``emit`` callback for stream events) and returns
+a :class:`BackendOutcome`.
+
+Why a push model (``await ctx.emit(event)``) rather than an async generator:
+backends need task groups (a process backend drains stdout and stderr at
+once; an ACP backend serves agent requests while a prompt runs), and a task
+group must not stay open across a ``yield``.  ``Agent.run`` passes an emit
+that only records; ``Agent.stream`` relays events to its consumer.
+
+Cancellation is a cancel scope around ``run``: a backend cleans up in
+``finally`` (shielded where it must await) and lets the cancellation
+propagate; the agent turns it into a ``cancelled`` or ``timeout`` result and
+keeps the text already emitted as the partial output.
+
+Errors: raise an :class:`~oma_bridge.errors.OMAError` subclass (a
+``BackendError`` for a process or agent failure, a ``ProviderError`` for an
+LLM provider) or return an outcome with ``error`` set when partial results
+are worth keeping.  Both become a failed result; neither escapes the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from oma_bridge.errors import OMAError
+from oma_bridge.messages import LLMMessage
+from oma_bridge.results import StreamEvent, TokenUsage, ToolCallRecord
+
+if TYPE_CHECKING:
+    from oma_bridge.agent import AgentConfig
+
+__all__ = [
+    "Backend",
+    "BackendConfig",
+    "BackendKind",
+    "BackendOutcome",
+    "Emit",
+    "PermissionHandler",
+    "PermissionOption",
+    "PermissionRequest",
+    "RunContext",
+]
+
+BackendKind: TypeAlias = Literal["llm", "process", "acp"]
+Emit: TypeAlias = Callable[[StreamEvent], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class PermissionOption:
+    option_id: str
+    name: str
+    kind: str  # allow_once | allow_always | reject_once | reject_always | other
+
+
+@dataclass(frozen=True)
+class PermissionRequest:
+    """An external agent asks to run a tool (ACP ``session/request_permission``)."""
+
+    agent_name: str
+    run_id: str
+    tool_call: Mapping[str, Any]  # {"toolCallId", "title"?, "kind"?, "rawInput"?}
+    options: tuple[PermissionOption, ...]
+
+
+#: Answers a permission request with the chosen ``optionId``, or ``None`` for
+#: ``cancelled``.  Used when a profile says ``permission = "client"``.
+PermissionHandler: TypeAlias = Callable[[PermissionRequest], Awaitable[str | None]]
+
+
+@dataclass
+class RunContext:
+    """Everything a backend needs for one run."""
+
+    run_id: str
+    agent_name: str
+    #: The run's input after hooks; for an LLM agent history comes first.
+    messages: list[LLMMessage]
+    system_prompt: str | None
+    emit: Emit
+    #: Smallest token ceiling that applies (run, agent, orchestrator), if any.
+    max_token_budget: int | None = None
+    max_turns: int = 10
+    permission_handler: PermissionHandler | None = None
+    #: Free-form per-run data for observers (trace spans, metadata).
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BackendOutcome:
+    """What a backend returns when its turn ends without raising."""
+
+    output: str = ""
+    messages: list[LLMMessage] = field(default_factory=list)
+    token_usage: TokenUsage = field(default_factory=TokenUsage)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    budget_exceeded: bool = False
+    #: The turn ended because it was cancelled (e.g. an ACP ``cancelled`` stop).
+    cancelled: bool = False
+    #: A failure that still carries partial results (an ACP refusal, say).
+    error: OMAError | None = None
+
+
+class Backend(Protocol):
+    """A live backend, created lazily by its config and cached on the agent."""
+
+    @property
+    def external(self) -> bool:
+        """Text-only transports refuse structured input (PROTOCOL.md §8)."""
+
+    @property
+    def kind(self) -> BackendKind: ...
+
+    async def run(self, ctx: RunContext) -> BackendOutcome: ...
+
+    async def aclose(self) -> None:
+        """Dispose of every resource (an ACP agent's process tree included)."""
+
+
+@runtime_checkable
+class BackendConfig(Protocol):
+    """The ``backend`` field of an ``AgentConfig`` for external agents.
+
+    A frozen pydantic model per kind (``ProcessConfig``, ``AcpConfig``); it
+    knows whether its kind is text-only and how to build the live backend.
+    """
+
+    @property
+    def kind(self) -> BackendKind: ...
+
+    @property
+    def external(self) -> bool: ...
+
+    def create(self, agent: AgentConfig) -> Backend: ...

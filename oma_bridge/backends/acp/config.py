@@ -1,0 +1,68 @@
+"""``AcpConfig``: the ``backend`` of an agent that speaks the Agent Client Protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from oma_bridge.agent import AgentConfig
+    from oma_bridge.backends.acp.backend import AcpBackend
+
+__all__ = ["AcpConfig"]
+
+
+class AcpConfig(BaseModel):
+    """How to start and drive one ACP agent (PROTOCOL.md §9, §11.14).
+
+    ``permission``: ``"client"`` asks whoever started the run (the
+    ``permission_handler`` of the :class:`~oma_bridge.agent.Agent`, or the
+    daemon's client) and picks the least-privilege reject option when nobody
+    can answer; ``"auto-approve"`` and ``"reject"`` are fixed policies.
+    ``fs = "cwd"`` serves ``fs/*`` inside ``cwd``; ``terminal`` enables
+    ``terminal/*``.  ``model`` is applied to every new session.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["acp"] = "acp"
+    command: str = Field(min_length=1)
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    #: Working directory of the agent and of its session; default: the current one.
+    cwd: Path | None = None
+    permission: Literal["client", "auto-approve", "reject"] = "client"
+    fs: Literal["cwd", "none"] = "cwd"
+    terminal: bool = False
+    model: str | None = None
+    auth_method: str | None = None
+    #: ACP ``McpServer`` objects passed to ``session/new`` as they are.
+    mcp_servers: tuple[dict[str, Any], ...] = ()
+    cancel_grace_s: float = Field(default=10.0, ge=0)
+    #: A ``permission = "client"`` request unanswered this long gets the
+    #: least-privilege reject option (PROTOCOL.md §11.12); ``None``: no limit.
+    permission_timeout_s: float | None = Field(default=None, gt=0)
+    stop_grace_s: float = Field(default=5.0, ge=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    #: Join the texts of the ``agent_message_chunk`` updates that arrive in
+    #: one read into one ``text`` event (joined, events still equal the
+    #: output).  Off: one event per chunk, as OMA streams them.  On: far
+    #: fewer events to relay when an agent bursts (see docs/benchmarks.md).
+    coalesce_text: bool = False
+    #: Ceiling of one stdout line (one JSON-RPC message).
+    max_line_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+
+    @property
+    def external(self) -> bool:
+        return True
+
+    def create(self, agent: AgentConfig) -> AcpBackend:
+        from oma_bridge.backends.acp.backend import AcpBackend
+
+        return AcpBackend(self, agent_name=agent.name)
+
+    def resolved_cwd(self) -> Path:
+        """The absolute, symlink-free working directory (ACP wants absolute paths)."""
+        return (self.cwd or Path.cwd()).resolve()

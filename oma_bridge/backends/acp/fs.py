@@ -1,0 +1,75 @@
+"""``fs/read_text_file`` and ``fs/write_text_file``, confined to the agent's cwd.
+
+Paths are resolved with ``realpath`` (symlinks and ``..`` included) before the
+check, so neither can leave the directory (PROTOCOL.md §11.13).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from oma_bridge.errors import WireError
+from oma_bridge.rpc import INVALID_PARAMS
+
+__all__ = ["OUTSIDE_CWD", "RESOURCE_NOT_FOUND", "read_text_file", "write_text_file"]
+
+RESOURCE_NOT_FOUND = -32002
+OUTSIDE_CWD = "path is outside the agent's working directory"
+
+
+def confine(root: Path, raw: object) -> Path:
+    """The real path of ``raw`` if it lies inside ``root`` (itself a real path)."""
+    if not isinstance(raw, str) or not raw:
+        raise WireError(INVALID_PARAMS, "path must be a non-empty string")
+    if not Path(raw).is_absolute():
+        raise WireError(INVALID_PARAMS, f"path must be absolute: {raw}")
+    real = Path(os.path.realpath(raw))
+    if real != root and root not in real.parents:
+        raise WireError(RESOURCE_NOT_FOUND, OUTSIDE_CWD, {"path": raw})
+    return real
+
+
+def _positive(params: dict[str, Any], name: str) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise WireError(INVALID_PARAMS, f"{name} must be a positive integer")
+    return value
+
+
+async def read_text_file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """``{path, line?, limit?}`` -> ``{content}``; ``line`` is 1-based, ``limit`` counts lines."""
+    path = confine(root, params.get("path"))
+    line, limit = _positive(params, "line"), _positive(params, "limit")
+    try:
+        text = await anyio.Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise WireError(RESOURCE_NOT_FOUND, f"file not found: {params['path']}") from None
+    except IsADirectoryError:
+        raise WireError(INVALID_PARAMS, f"not a file: {params['path']}") from None
+    if line is not None or limit is not None:
+        lines = text.splitlines(keepends=True)
+        start = (line or 1) - 1
+        end = None if limit is None else start + limit
+        text = "".join(lines[start:end])
+    return {"content": text}
+
+
+async def write_text_file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """``{path, content}`` -> ``{}``; a missing file is created, a missing folder is not."""
+    path = confine(root, params.get("path"))
+    content = params.get("content")
+    if not isinstance(content, str):
+        raise WireError(INVALID_PARAMS, "content must be a string")
+    try:
+        await anyio.Path(path).write_text(content, encoding="utf-8")
+    except FileNotFoundError:
+        raise WireError(RESOURCE_NOT_FOUND, f"folder not found for: {params['path']}") from None
+    except IsADirectoryError:
+        raise WireError(INVALID_PARAMS, f"not a file: {params['path']}") from None
+    return {}

@@ -1,0 +1,236 @@
+"""The agent's stdio: a bounded line reader over a supervised agent process.
+
+ACP frames are newline-delimited JSON on the agent's stdout.  The reader here
+is written for the failure modes real agents show (acp-client.md §10):
+
+* a line longer than ``max_line_bytes`` (default 32 MiB) fails the
+  connection cleanly instead of growing a buffer without bound;
+* CRLF is accepted;
+* a line that is not a JSON object (a log line, a shell banner) is logged and
+  counted, not fatal; ``max_bad_lines`` of them *in a row* are fatal;
+* reading is cancel-safe (partial lines live in the reader, not on the
+  stack), because the connection is pumped only while a run waits on it.
+
+The process itself is the shared supervisor's (own process group, stderr
+drained into a bounded redacted tail, kill-tree with escapee sweep, crash
+watchdog); :class:`AgentProcess` adapts it to a JSON-RPC connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+import anyio
+import anyio.abc
+import orjson
+
+from oma_bridge.errors import BackendError
+from oma_bridge.redaction import redact
+from oma_bridge.supervision.supervisor import SupervisedProcess, default_supervisor
+
+__all__ = [
+    "DEFAULT_MAX_BAD_LINES",
+    "DEFAULT_MAX_LINE_BYTES",
+    "AgentProcess",
+    "LineReader",
+    "LineTooLongError",
+    "MessageReader",
+    "TooManyBadLinesError",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_BAD_LINES = 100
+_CHUNK = 256 * 1024
+
+
+class LineTooLongError(BackendError):
+    """The agent wrote a line longer than the reader's ceiling."""
+
+
+class TooManyBadLinesError(BackendError):
+    """Too many consecutive stdout lines were not JSON objects."""
+
+
+class LineReader:
+    """Splits a byte stream into lines, with a ceiling on each line's length."""
+
+    def __init__(
+        self, stream: anyio.abc.ByteReceiveStream, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> None:
+        self._stream = stream
+        self._max = max_line_bytes
+        self._buffer = bytearray()
+        self._scan_from = 0
+        self._eof = False
+
+    def has_line(self) -> bool:
+        """Whether a whole line is buffered, so :meth:`readline` returns without waiting."""
+        return self._buffer.find(b"\n", self._scan_from) >= 0 or (self._eof and bool(self._buffer))
+
+    async def readline(self) -> bytes | None:
+        """The next line without its terminator, or ``None`` at end of input.
+
+        A last line without a newline is still returned.
+        """
+        while True:
+            index = self._buffer.find(b"\n", self._scan_from)
+            if index > self._max:  # its newline came in the read that crossed the ceiling
+                raise self._too_long()
+            if index >= 0:
+                line = bytes(self._buffer[:index])
+                del self._buffer[: index + 1]
+                self._scan_from = 0
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                return line
+            if len(self._buffer) > self._max:
+                raise self._too_long()
+            if self._eof:
+                if self._buffer:
+                    line = bytes(self._buffer)
+                    self._buffer.clear()
+                    return line
+                return None
+            self._scan_from = len(self._buffer)
+            try:
+                chunk = await self._stream.receive(_CHUNK)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._eof = True
+                continue
+            self._buffer += chunk
+
+    def _too_long(self) -> LineTooLongError:
+        return LineTooLongError(
+            f"ACP agent wrote a line longer than {self._max} bytes; connection closed"
+        )
+
+
+class MessageReader:
+    """JSON objects from stdout lines; non-JSON lines are skipped and counted."""
+
+    def __init__(self, lines: LineReader, max_bad_lines: int = DEFAULT_MAX_BAD_LINES) -> None:
+        self._lines = lines
+        self._max_bad = max_bad_lines
+        self._bad_in_a_row = 0
+        #: Lines skipped since the start, for diagnostics and tests.
+        self.bad_lines = 0
+        #: Awaited whenever the next read would wait on the agent (the
+        #: connection flushes held-back text there).
+        self.before_wait: Callable[[], Awaitable[None]] | None = None
+
+    async def receive(self) -> object | None:
+        while True:
+            if self.before_wait is not None and not self._lines.has_line():
+                await self.before_wait()
+            line = await self._lines.readline()
+            if line is None:
+                return None
+            if not line.strip():
+                continue
+            try:
+                message = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                message = None
+            if isinstance(message, dict | list):
+                self._bad_in_a_row = 0
+                return message
+            self.bad_lines += 1
+            self._bad_in_a_row += 1
+            logger.warning("ACP agent stdout: skipped a non-JSON line: %.200s", redact(_text(line)))
+            if self._bad_in_a_row >= self._max_bad:
+                raise TooManyBadLinesError(
+                    f"ACP agent wrote {self._bad_in_a_row} non-JSON lines in a row on stdout"
+                )
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+class AgentProcess:
+    """One spawned agent over the shared process supervisor.
+
+    The supervisor (:mod:`oma_bridge.supervision.supervisor`) gives the child its
+    own session and process group, drains stderr into a bounded, redacted
+    tail from an event-loop callback (so a silent agent flooding stderr never
+    blocks, even between runs), and ends the tree with grace, escapee sweep
+    and a crash watchdog that kills the tree if the daemon itself dies.
+    """
+
+    def __init__(self, process: SupervisedProcess, *, max_line_bytes: int, max_bad_lines: int):
+        self.process = process
+        self.pid = process.pid
+        assert process.stdin is not None
+        self._stdin = process.stdin
+        self.messages = MessageReader(LineReader(process.stdout, max_line_bytes), max_bad_lines)
+
+    @classmethod
+    async def spawn(
+        cls,
+        command: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_bad_lines: int = DEFAULT_MAX_BAD_LINES,
+    ) -> AgentProcess:
+        """Start the agent; ``env`` is the profile's overlay on the daemon's environment."""
+        process = await default_supervisor().spawn([command, *args], env=env, cwd=cwd)
+        return cls(process, max_line_bytes=max_line_bytes, max_bad_lines=max_bad_lines)
+
+    async def send_line(self, data: bytes) -> None:
+        await self._stdin.send(data + b"\n")
+
+    async def receive(self) -> object | None:
+        return await self.messages.receive()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def stderr_tail(self, max_chars: int = 2000) -> str:
+        """The redacted end of stderr, cut to whole lines where it can be."""
+        text = self.process.stderr.text()
+        if len(text) > max_chars:
+            text = text[-max_chars:]
+            newline = text.find("\n")
+            if 0 <= newline < len(text) - 1:
+                text = text[newline + 1 :]
+        return text
+
+    def exit_description(self) -> str:
+        code = self.process.returncode
+        if code is None:
+            return "closed its stdout"
+        if code < 0:
+            try:
+                return f"exited with signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"exited with signal {-code}"
+        return f"exited with code {code}"
+
+    async def wait_exit(self, seconds: float) -> int | None:
+        with anyio.move_on_after(seconds):
+            return await self.process.wait()
+        return self.process.returncode
+
+    async def terminate(self, stop_grace_s: float) -> None:
+        """End the agent's whole tree within ``stop_grace_s`` + 2 s (PROTOCOL.md §11.36).
+
+        stdin is closed first (a polite agent leaves on EOF); part of the
+        grace goes to that, the rest to SIGTERM, then SIGKILL to the group
+        and every escapee.
+        """
+        with anyio.CancelScope(shield=True):
+            eof_wait = min(1.0, stop_grace_s / 2)
+            if self.process.returncode is None:
+                with contextlib.suppress(Exception):  # a broken pipe: the agent is going anyway
+                    await self._stdin.aclose()
+                await self.wait_exit(eof_wait)
+            await self.process.stop(stop_grace_s - eof_wait)

@@ -1,0 +1,167 @@
+"""``terminal/*``: commands an agent runs through the client (opt-in, ``terminal = true``).
+
+Each command runs without a shell, in its own process group, with stdout and
+stderr merged as a terminal shows them.  Output is kept up to the request's
+``outputByteLimit``: past it, bytes are dropped from the start, at a UTF-8
+character boundary, and ``truncated`` is set.  ``terminal/kill`` and
+``terminal/release`` (and a turn cancel, and the end of the agent) end the
+whole group.
+
+Nothing reads a command's output in the background (a backend owns no task
+between calls): ``terminal/output`` collects what is ready, and
+``terminal/wait_for_exit`` reads until the end, which is what keeps a chatty
+command from blocking on a full pipe while the agent waits for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from oma_bridge.backends.acp.fs import RESOURCE_NOT_FOUND
+from oma_bridge.errors import WireError
+from oma_bridge.rpc import INVALID_PARAMS
+
+__all__ = ["Terminals"]
+
+_DEFAULT_LIMIT = 1024 * 1024
+
+
+def _trim_to_limit(data: bytearray, limit: int) -> bool:
+    """Drop bytes from the start of ``data`` to fit ``limit``, at a character boundary."""
+    if len(data) <= limit:
+        return False
+    cut = len(data) - limit
+    # A UTF-8 continuation byte is 0b10xxxxxx: never start inside a character.
+    while cut < len(data) and data[cut] & 0xC0 == 0x80:
+        cut += 1
+    del data[:cut]
+    return True
+
+
+class _Terminal:
+    def __init__(self, process: anyio.abc.Process, limit: int) -> None:
+        self.process = process
+        self.limit = limit
+        self.output = bytearray()
+        self.truncated = False
+        self._eof = False
+
+    async def _read(self, *, to_the_end: bool) -> None:
+        stream = self.process.stdout
+        assert stream is not None
+        while not self._eof:
+            with anyio.move_on_after(None if to_the_end else 0.01) as waited:
+                try:
+                    chunk = await stream.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self._eof = True
+                    return
+            if waited.cancelled_caught:
+                return  # nothing more is ready now
+            self.output += chunk
+            self.truncated = _trim_to_limit(self.output, self.limit) or self.truncated
+
+    async def collect_ready(self) -> None:
+        await self._read(to_the_end=False)
+
+    async def wait(self) -> int:
+        await self._read(to_the_end=True)
+        return await self.process.wait()
+
+    def exit_status(self) -> dict[str, Any] | None:
+        code = self.process.returncode
+        if code is None:
+            return None
+        if code < 0:
+            return {"exitCode": None, "signal": signal.Signals(-code).name}
+        return {"exitCode": code, "signal": None}
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    async def close(self) -> None:
+        self.kill()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            await self.process.aclose()
+
+
+class Terminals:
+    """The terminals of one agent, by id."""
+
+    def __init__(self, cwd: Path) -> None:
+        self._cwd = cwd
+        self._ids = itertools.count(1)
+        self._terminals: dict[str, _Terminal] = {}
+
+    async def handle(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "terminal/create":
+            return await self._create(params)
+        terminal_id = params.get("terminalId")
+        terminal = self._terminals.get(terminal_id) if isinstance(terminal_id, str) else None
+        if terminal is None:
+            raise WireError(RESOURCE_NOT_FOUND, f"unknown terminal: {terminal_id}")
+        if method == "terminal/output":
+            await terminal.collect_ready()
+            return {
+                "output": terminal.output.decode("utf-8", errors="replace"),
+                "truncated": terminal.truncated,
+                "exitStatus": terminal.exit_status(),
+            }
+        if method == "terminal/wait_for_exit":
+            await terminal.wait()
+            return terminal.exit_status()
+        if method == "terminal/kill":
+            terminal.kill()
+            return {}
+        if method == "terminal/release":
+            del self._terminals[terminal_id]  # type: ignore[arg-type]
+            await terminal.close()
+            return {}
+        raise WireError(-32601, f"Method not found: {method}")
+
+    async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
+        command, args = params.get("command"), params.get("args") or []
+        if not isinstance(command, str) or not command:
+            raise WireError(INVALID_PARAMS, "command must be a non-empty string")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise WireError(INVALID_PARAMS, "args must be a list of strings")
+        env = dict(os.environ)
+        for item in params.get("env") or []:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                env[item["name"]] = str(item.get("value", ""))
+        cwd = params.get("cwd") or str(self._cwd)
+        limit = params.get("outputByteLimit")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            limit = _DEFAULT_LIMIT
+        try:
+            process = await anyio.open_process(
+                [command, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise WireError(RESOURCE_NOT_FOUND, f"cannot start {command}: {exc}") from None
+        terminal_id = f"term-{next(self._ids)}"
+        self._terminals[terminal_id] = _Terminal(process, limit)
+        return {"terminalId": terminal_id}
+
+    async def close_all(self) -> None:
+        """End every command (a turn cancel, the end of the agent)."""
+        terminals, self._terminals = self._terminals, {}
+        for terminal in terminals.values():
+            await terminal.close()

@@ -1,0 +1,53 @@
+"""``ProcessConfig``: the ``backend`` of an agent that runs a command per turn."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from oma_bridge.agent import AgentConfig
+    from oma_bridge.backends.process.backend import ProcessBackend
+
+__all__ = ["ProcessConfig", "ProcessInput"]
+
+ProcessInput = Literal["stdin", "argument", "none"]
+
+
+class ProcessConfig(BaseModel):
+    """A command run once per turn: the prompt goes in, stdout comes out.
+
+    ``command`` is exec'd directly (no shell) with ``args``; ``env`` is laid
+    over the daemon's environment (minus its secrets and service
+    variables); ``cwd`` is resolved against the current folder.  ``input``
+    says how the prompt is delivered: written to ``stdin`` then closed, as
+    the last ``argument``, or not at all (``none``, stdin closed at once).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["process"] = "process"
+    command: str = Field(min_length=1)
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    input: ProcessInput = "stdin"
+    #: Whole-run limit; the run ends with status ``timeout`` when it passes.
+    timeout_s: float | None = Field(default=None, gt=0)
+    #: stdout past this many bytes fails the run and ends the process tree.
+    max_output_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    #: How much of stderr's end is kept for the failure message.
+    stderr_tail_bytes: int = Field(default=64 * 1024, gt=0)
+    #: Between SIGTERM and SIGKILL when a run is cancelled.
+    stop_grace_s: float = Field(default=5.0, ge=0)
+
+    @property
+    def external(self) -> bool:
+        """Text only: structured input is refused before any spawn."""
+        return True
+
+    def create(self, agent: AgentConfig) -> ProcessBackend:
+        from oma_bridge.backends.process.backend import ProcessBackend
+
+        return ProcessBackend(self)

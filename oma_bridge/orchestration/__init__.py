@@ -1,0 +1,1 @@
+"""OpenMultiAgent: run_agent, tracing and online evaluation."""

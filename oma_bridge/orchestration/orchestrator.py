@@ -1,0 +1,346 @@
+"""``OpenMultiAgent.run_agent``: one-off runs with progress, traces, budgets, evaluation.
+
+The order of ``run_agent`` is OMA's: input preparation first (so rejected
+input emits no progress, no trace and samples nothing), then the evaluation
+copy, the effective config, ``agent_start``, the run, ``budget_exceeded``,
+the cost cap, ``agent_complete``, the trace's close and the hand-over to
+evaluation.  Run failures come back as results; only invalid input raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
+
+from oma_bridge.agent import Agent, AgentConfig
+from oma_bridge.backends import PermissionHandler
+from oma_bridge.callbacks import invoke
+from oma_bridge.errors import CallbackError, CostBudgetExceededError
+from oma_bridge.messages import AgentRunInput, copy_messages
+from oma_bridge.orchestration.evaluation import EvaluationConfig, OnlineEvaluator
+from oma_bridge.results import (
+    AgentRunResult,
+    ErrorInfo,
+    RunIdentity,
+    RunStatus,
+    StreamEvent,
+    TokenUsage,
+)
+
+__all__ = ["CostEstimator", "OpenMultiAgent", "ProgressCallback", "TraceCallback"]
+
+logger = logging.getLogger(__name__)
+
+#: ``on_progress({"type", "agent", "data"})``; sync or async.
+ProgressCallback: TypeAlias = Callable[[dict[str, Any]], Any]
+#: ``on_trace(span)`` at the end of each span; sync or async; errors are swallowed.
+TraceCallback: TypeAlias = Callable[[dict[str, Any]], Any]
+#: ``estimate_cost(usage, {"agentName", "model", "provider", "phase", "taskId"}) -> cost``.
+CostEstimator: TypeAlias = Callable[[TokenUsage, dict[str, Any]], float]
+
+_COST_WITHOUT_ESTIMATOR = (
+    "maxCostBudget requires estimateCost so cost caps cannot be silently ignored."
+)
+
+
+async def _call_quietly(callback: Callable[[Any], Any], value: Any, what: str) -> None:
+    """Observers never break a run: log what they raise and go on."""
+    try:
+        await invoke(callback, value)
+    except Exception:
+        logger.exception("%s callback raised; ignored", what)
+
+
+class _Span:
+    __slots__ = ("attributes", "kind", "name", "otel", "parent_id", "span_id", "start")
+
+    def __init__(
+        self, kind: str, name: str, span_id: str, parent_id: str | None, otel: Any = None
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.span_id = span_id
+        self.parent_id = parent_id
+        self.start = time.time()
+        self.attributes: dict[str, Any] = {}
+        self.otel = otel
+
+
+class _RunTracer:
+    """Derives the spans of one run from its stream events.
+
+    ``agent`` is the root span.  For LLM agents an ``llm_call`` span covers
+    each model turn: it opens when the run starts and again once every tool
+    of the previous turn has answered, and closes at the turn's first
+    ``tool_use`` or at the end.  A ``tool_call`` span runs from a
+    ``tool_use`` event to the ``tool_result`` with its id.
+    """
+
+    def __init__(
+        self,
+        identity: RunIdentity,
+        agent_name: str,
+        *,
+        llm: bool,
+        on_trace: TraceCallback | None,
+        otel_tracer: Any = None,
+    ) -> None:
+        self.identity = identity
+        self.agent_name = agent_name
+        self.llm = llm
+        self.on_trace = on_trace
+        self.otel_tracer = otel_tracer
+        self.finished: list[dict[str, Any]] = []
+        self.root = self._open("agent", agent_name, span_id=identity.root_span_id, parent=None)
+        self.llm_span: _Span | None = None
+        self.tools: dict[str, _Span] = {}
+        self.turns = 0
+        if llm:
+            self._open_llm_call()
+
+    def _open(self, kind: str, name: str, *, span_id: str | None, parent: _Span | None) -> _Span:
+        otel = None
+        if self.otel_tracer is not None:
+            otel = _start_otel_span(self.otel_tracer, kind, name, parent)
+        return _Span(
+            kind, name, span_id or secrets.token_hex(8), parent.span_id if parent else None, otel
+        )
+
+    def _open_llm_call(self) -> None:
+        self.turns += 1
+        self.llm_span = self._open("llm_call", f"turn {self.turns}", span_id=None, parent=self.root)
+
+    async def observe(self, event: StreamEvent) -> None:
+        if event.type == "tool_use" and isinstance(event.data, Mapping):
+            if self.llm_span is not None:
+                await self._close(self.llm_span)
+                self.llm_span = None
+            span = self._open(
+                "tool_call", str(event.data.get("name")), span_id=None, parent=self.root
+            )
+            span.attributes["toolUseId"] = event.data.get("id")
+            self.tools[str(event.data.get("id"))] = span
+        elif event.type == "tool_result" and isinstance(event.data, Mapping):
+            tool_use_id = str(event.data.get("tool_use_id"))
+            if tool_use_id in self.tools:
+                span = self.tools.pop(tool_use_id)
+                span.attributes["isError"] = bool(event.data.get("is_error", False))
+                await self._close(span)
+            if self.llm and not self.tools and self.llm_span is None:
+                self._open_llm_call()
+
+    async def finish(self, result: AgentRunResult) -> None:
+        if self.llm_span is not None:
+            await self._close(self.llm_span)
+        for span in self.tools.values():
+            span.attributes["completed"] = False  # announced, never answered (a budget stop)
+            await self._close(span)
+        self.root.attributes.update(
+            {
+                "status": result.status.code,
+                "inputTokens": result.token_usage.input_tokens,
+                "outputTokens": result.token_usage.output_tokens,
+            }
+        )
+        await self._close(self.root)
+
+    async def _close(self, span: _Span) -> None:
+        end = time.time()
+        record = {
+            "type": span.kind,
+            "name": span.name,
+            "agent": self.agent_name,
+            "runId": self.identity.run_id,
+            "traceId": self.identity.trace_id,
+            "spanId": span.span_id,
+            "parentId": span.parent_id,
+            "startTime": round(span.start * 1000, 3),
+            "endTime": round(end * 1000, 3),
+            "durationMs": round((end - span.start) * 1000, 3),
+            "attributes": dict(span.attributes),
+        }
+        self.finished.append(record)
+        if span.otel is not None:
+            for key, value in span.attributes.items():
+                if value is not None:
+                    span.otel.set_attribute(f"oma.{key}", value)
+            span.otel.end(end_time=int(end * 1e9))
+        if self.on_trace is not None:
+            await _call_quietly(self.on_trace, record, "on_trace")
+
+
+def _start_otel_span(tracer: Any, kind: str, name: str, parent: _Span | None) -> Any:
+    from opentelemetry import trace  # the optional extra; checked at construction
+
+    context = trace.set_span_in_context(parent.otel) if parent and parent.otel else None
+    return tracer.start_span(f"oma.{kind} {name}", context=context)
+
+
+class OpenMultiAgent:
+    """Runs one-off agents with progress events, traces, budgets and evaluation.
+
+    ``max_cost_budget`` needs ``estimate_cost``.  ``evaluation`` takes an
+    :class:`EvaluationConfig` (an evaluator is made for it) or a ready
+    :class:`OnlineEvaluator`.  ``opentelemetry=True`` also exports spans
+    through ``opentelemetry-api`` (the ``otel`` extra).
+    """
+
+    def __init__(
+        self,
+        *,
+        on_progress: ProgressCallback | None = None,
+        on_trace: TraceCallback | None = None,
+        max_token_budget: int | None = None,
+        max_cost_budget: float | None = None,
+        estimate_cost: CostEstimator | None = None,
+        default_model: str | None = None,
+        default_provider: str | None = None,
+        evaluation: EvaluationConfig | OnlineEvaluator | None = None,
+        opentelemetry: bool = False,
+    ) -> None:
+        if max_cost_budget is not None and estimate_cost is None:
+            raise ValueError(_COST_WITHOUT_ESTIMATOR)
+        self.on_progress = on_progress
+        self.on_trace = on_trace
+        self.max_token_budget = max_token_budget
+        self.max_cost_budget = max_cost_budget
+        self.estimate_cost = estimate_cost
+        self.default_model = default_model
+        self.default_provider = default_provider
+        self.evaluator = (
+            OnlineEvaluator(evaluation) if isinstance(evaluation, EvaluationConfig) else evaluation
+        )
+        self._otel_tracer = _otel_tracer() if opentelemetry else None
+        self._live: dict[str, Agent] = {}
+
+    def _effective_config(self, config: AgentConfig) -> AgentConfig:
+        if config.backend is not None:
+            return config
+        update: dict[str, Any] = {}
+        if config.model is None and self.default_model is not None:
+            update["model"] = self.default_model
+        if config.provider is None and self.default_provider is not None:
+            update["provider"] = self.default_provider
+        return config.model_copy(update=update) if update else config
+
+    async def run_agent(
+        self,
+        config: AgentConfig,
+        run_input: AgentRunInput,
+        *,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        permission_handler: PermissionHandler | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> AgentRunResult:
+        """Run a fresh agent once.  Raises only for invalid input.
+
+        ``on_progress`` here adds a per-call listener (the daemon sends those
+        events to the calling connection) next to the orchestrator's own.
+        """
+        agent = Agent(self._effective_config(config), permission_handler=permission_handler)
+        messages = agent.prepare_run_input(run_input)  # step 1: raises before anything is seen
+        evaluation_input: str | list[Any] = (
+            run_input if isinstance(run_input, str) else copy_messages(messages)
+        )
+        run_id = run_id or secrets.token_hex(16)
+        identity = RunIdentity(run_id, 1, secrets.token_hex(16), secrets.token_hex(8))
+        listeners = [cb for cb in (self.on_progress, on_progress) if cb is not None]
+
+        async def progress(kind: str, data: Any) -> None:
+            for listener in listeners:
+                await _call_quietly(
+                    listener, {"type": kind, "agent": agent.name, "data": data}, "on_progress"
+                )
+
+        start_data = (
+            {"prompt": run_input}
+            if isinstance(run_input, str)
+            else {"messages": copy_messages(messages)}
+        )
+        await progress("agent_start", start_data)
+        tracer = _RunTracer(
+            identity,
+            agent.name,
+            llm=agent.kind == "llm",
+            on_trace=self.on_trace,
+            otel_tracer=self._otel_tracer,
+        )
+        self._live[run_id] = agent
+        try:
+            result = await agent.execute(
+                messages, run_id=run_id, emit=tracer.observe, max_token_budget=self.max_token_budget
+            )
+        finally:
+            del self._live[run_id]
+            await agent.close()
+        result.identity = identity
+        if result.budget_exceeded and result.error_info is not None:
+            info = result.error_info
+            await progress(
+                "budget_exceeded", {"name": info.name, "code": info.code, "message": info.message}
+            )
+        await self._apply_cost_cap(agent, result, progress)
+        await tracer.finish(result)
+        await progress("agent_complete", result)
+        if self.evaluator is not None:
+            self.evaluator.submit(
+                evaluation_input, result.to_wire(), agent=agent.name, metadata=metadata
+            )
+        return result
+
+    async def _apply_cost_cap(
+        self, agent: Agent, result: AgentRunResult, progress: Callable[[str, Any], Any]
+    ) -> None:
+        if self.estimate_cost is None:
+            return
+        info = {
+            "agentName": agent.name,
+            "model": agent.config.model,
+            "provider": agent.config.provider,
+            "phase": "agent",
+            "taskId": None,
+        }
+        try:
+            cost = float(self.estimate_cost(TokenUsage(**result.token_usage.to_wire()), info))
+            if not math.isfinite(cost) or cost < 0:
+                raise ValueError(f"estimateCost returned an invalid cost: {cost}")
+        except Exception as error:
+            _fail(result, "error", CallbackError(f"estimateCost failed: {error}"), "callback")
+            return
+        if self.max_cost_budget is not None and cost > self.max_cost_budget:
+            exceeded = CostBudgetExceededError(agent.name, cost, self.max_cost_budget)
+            await progress("budget_exceeded", exceeded.to_wire())
+            _fail(result, "budget_exhausted", exceeded, "budget")
+            result.budget_exceeded = True
+
+    def cancel(self, run_id: str) -> bool:
+        """Cancel a live ``run_agent`` call; it returns a ``cancelled`` result."""
+        agent = self._live.get(run_id)
+        return agent.cancel(run_id) if agent is not None else False
+
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Drain the evaluator, if any."""
+        if self.evaluator is not None:
+            await self.evaluator.shutdown(timeout)
+
+
+def _fail(result: AgentRunResult, code: Any, error: Any, kind: Any) -> None:
+    result.success = False
+    result.status = RunStatus(code, error.message)
+    result.error_info = ErrorInfo.from_error(kind, error)
+
+
+def _otel_tracer() -> Any:
+    try:
+        from opentelemetry import trace
+    except ImportError as error:
+        raise RuntimeError(
+            "opentelemetry=True needs the opentelemetry-api package "
+            "(pip install 'oma-bridge[otel]')"
+        ) from error
+    return trace.get_tracer("oma_bridge")

@@ -1,0 +1,1 @@
+"""The daemon's agents: registry, overrides, runs, remote requests, status."""

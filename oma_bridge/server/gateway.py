@@ -1,0 +1,225 @@
+"""One WebSocket connection: frames in and out, the ``initialize`` gate, dispatch.
+
+Frames go through the transport-free JSON-RPC core (:mod:`oma_bridge.rpc`)
+via its :class:`~oma_bridge.rpc.Peer`, which answers malformed envelopes
+itself (-32700 not JSON, -32600 not a request), runs every request in its
+own task (so requests may be pipelined and answered in any order) and
+matches the client's answers to the daemon's own requests.
+
+On top of it, :class:`Gateway` enforces the lifecycle of PROTOCOL §3: the
+first request must be ``initialize`` (anything else gets -32002 and the
+connection stays open), a second ``initialize`` gets -32600, an unsupported
+``protocolVersion`` gets -32003 with ``{"supported": [1]}``.  Then it looks
+methods up in the :class:`~oma_bridge.server.methods.MethodRegistry`.
+
+When the socket closes, every request still being served is cancelled (a run
+started by this connection ends) and the session's close callbacks run.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
+
+from oma_bridge._version import __version__
+from oma_bridge.errors import WireError
+from oma_bridge.rpc import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ConnectionClosedError,
+    Event,
+    Peer,
+)
+from oma_bridge.server.auth import ListenerKind
+from oma_bridge.server.config import ServerConfig
+from oma_bridge.server.discovery import PROTOCOL_VERSION
+from oma_bridge.server.methods import (
+    NOT_INITIALIZED,
+    OVERLOADED,
+    UNSUPPORTED_VERSION,
+    MethodRegistry,
+    parse_params,
+)
+from oma_bridge.server.profiles import agent_profile_infos
+from oma_bridge.server.session import Session
+from oma_bridge.wire.params import InitializeParams
+
+__all__ = ["SUPPORTED_PROTOCOL_VERSIONS", "Gateway"]
+
+logger = logging.getLogger("oma_bridge.server")
+
+SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+
+
+#: errno values that mean the daemon is out of a resource for now.
+_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+RETRY_AFTER_MS = 1000
+
+
+class Gateway:
+    """Serves the connections of every listener of one daemon."""
+
+    def __init__(self, config: ServerConfig, methods: MethodRegistry) -> None:
+        self.config = config
+        self.methods = methods
+        self.agent_infos = agent_profile_infos(config.agents)
+        self.sessions: set[Session] = set()
+        self._ids = itertools.count(1)
+
+    def reload(self, config: ServerConfig) -> None:
+        """Serve ``config``'s profiles from now on (``initialize``, ``agents/list``).
+
+        Connections already open keep their settings; the daemon applies a
+        reload to every part in one step (:mod:`oma_bridge.server.daemon`).
+        """
+        self.config = config
+        self.agent_infos = agent_profile_infos(config.agents)
+
+    def handler(self, listener: ListenerKind) -> Callable[[ServerConnection], Awaitable[None]]:
+        """The websockets connection handler for one listener."""
+
+        async def handle(ws: ServerConnection) -> None:
+            await self._serve(ws, listener)
+
+        return handle
+
+    async def _serve(self, ws: ServerConnection, listener: ListenerKind) -> None:
+        session_id = f"c{next(self._ids)}"
+        send_timeout = self.config.server.send_timeout_s
+
+        async def receive() -> str | None:
+            try:
+                frame = await ws.recv()
+            except ConnectionClosed:
+                return None
+            if isinstance(frame, bytes):
+                logger.info("connection %s sent a binary frame; closing it (1003)", session_id)
+                await ws.close(CloseCode.UNSUPPORTED_DATA, "binary frames are not supported")
+                return None
+            return frame
+
+        # Sends are one at a time (the peer's lock), so one clock says how long
+        # the send in progress has been blocked; a watchdog per connection
+        # reads it, which costs far less than a deadline armed for every frame.
+        blocked_since: float | None = None
+        stopped_reading = False
+
+        async def send(data: bytes) -> None:
+            nonlocal blocked_since
+            blocked_since = time.monotonic()
+            try:
+                await ws.send(data, text=True)
+            except ConnectionClosed:
+                if stopped_reading:
+                    raise ConnectionClosedError("the client stopped reading") from None
+                raise
+            finally:
+                blocked_since = None
+
+        async def watch_sends() -> None:
+            nonlocal stopped_reading
+            interval = min(1.0, send_timeout / 4)
+            while True:
+                await anyio.sleep(interval)
+                since = blocked_since
+                if since is not None and time.monotonic() - since > send_timeout:
+                    # A client that stops reading must not hold the daemon's memory.
+                    logger.warning("connection %s stopped reading; dropping it", session_id)
+                    stopped_reading = True
+                    ws.transport.abort()
+                    return
+
+        async def on_request(method: str, params: Any) -> Any:
+            return await self._dispatch(session, method, params)
+
+        async def on_notification(method: str, params: Any) -> None:
+            logger.debug("connection %s: ignored notification %s", session_id, method)
+
+        def on_invalid(event: Event) -> None:
+            logger.debug("connection %s: %s message: %s", session_id, event.kind, event.detail)
+
+        peer = Peer(
+            send,
+            receive,
+            on_request=on_request,
+            on_notification=on_notification,
+            on_invalid=on_invalid,
+            cancel_param="id",
+            inline_methods={"initialize", *self.methods.inline},
+        )
+        session = Session(session_id, listener, peer)
+        self.sessions.add(session)
+        logger.info("connection %s opened on the %s listener", session_id, listener)
+        try:
+            async with peer, anyio.create_task_group() as watchdog:
+                watchdog.start_soon(watch_sends)
+                await peer.closed.wait()
+                watchdog.cancel_scope.cancel()
+        finally:
+            self.sessions.discard(session)
+            session.close()
+            logger.info("connection %s closed", session_id)
+
+    async def _dispatch(self, session: Session, method: str, params: Any) -> Any:
+        if method == "initialize":
+            # No await before the session is marked initialized: a request
+            # pipelined right behind initialize must find the gate open.
+            return self._initialize(session, params)
+        if not session.initialized:
+            raise WireError(NOT_INITIALIZED, "Not initialized")
+        handler = self.methods.get(method)
+        if handler is None:
+            raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
+        try:
+            return await handler(session, params)
+        except WireError:
+            raise
+        except OSError as error:
+            if error.errno not in _EXHAUSTED:
+                logger.exception("connection %s: %s failed", session.id, method)
+                raise WireError(INTERNAL_ERROR, "Internal error") from None
+            # Out of file descriptors or memory: not a bug, and it passes; say so.
+            reason = os.strerror(error.errno)
+            logger.warning("connection %s: %s refused: %s", session.id, method, reason)
+            raise WireError(
+                OVERLOADED, f"Overloaded: {reason}", {"retryAfterMs": RETRY_AFTER_MS}
+            ) from None
+        except Exception:
+            logger.exception("connection %s: %s failed", session.id, method)
+            raise WireError(INTERNAL_ERROR, "Internal error") from None
+
+    def _initialize(self, session: Session, params: Any) -> dict[str, Any]:
+        if session.initialized:
+            raise WireError(INVALID_REQUEST, "Invalid Request: already initialized")
+        # The version is checked before the rest of the shape: a client of a
+        # later protocol may send params this version does not know.
+        version = params.get("protocolVersion") if isinstance(params, dict) else None
+        if (
+            isinstance(version, int)
+            and not isinstance(version, bool)
+            and version not in SUPPORTED_PROTOCOL_VERSIONS
+        ):
+            raise WireError(
+                UNSUPPORTED_VERSION,
+                "Unsupported protocol version",
+                {"supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
+            )
+        session.init = parse_params(InitializeParams, params)
+        client = session.init.clientInfo
+        logger.info("connection %s initialized by %r %r", session.id, client.name, client.version)
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "serverInfo": {"name": "oma-bridge", "version": __version__},
+            "agents": self.agent_infos,
+        }

@@ -1,0 +1,240 @@
+"""The crash watchdog and the leftover reaper: what ends children of a dead daemon.
+
+This file runs two ways, and so imports nothing but the standard library:
+
+* as a **script** (``python -I -S _watchdog.py <owner> [<state file>]``), the
+  watchdog: one small process per supervising process, started once.  It
+  reads ``+<pgid>`` / ``-<pgid>`` lines on stdin as the supervisor starts and
+  reaps process groups.  When stdin reaches end of file (the supervisor has
+  died, however it died: its pipe's only write end closes with it) it
+  SIGKILLs every registered group and every process tagged with the owner
+  (see below), removes its state file and exits.
+* as a **module**, imported by :mod:`oma_bridge.supervision.supervisor` for
+  :func:`kill_tagged` and :func:`reap_state_dir`, used at start-up to reap
+  what an earlier daemon left behind when its watchdog died with it.
+
+The tag: every supervised child gets ``OMA_BRIDGE_SUPERVISOR_TAG=<owner>.<n>``
+in its environment, which its descendants inherit, including the ones that
+leave its process group or double-fork away from its tree.  Scanning
+``/proc/<pid>/environ`` for the owner finds them all; each is checked and
+signalled through a pidfd, so a recycled pid is never hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+TAG_VARIABLE = "OMA_BRIDGE_SUPERVISOR_TAG"
+STATE_SUFFIX = ".state"
+_STATE_MAGIC = "oma-bridge-supervisor 1"
+# How long to let registrations gather between two reads (also the most a
+# daemon's death can wait before we notice it).
+_BATCH_S = 0.05
+# A state file is compacted past this many lines (or four lines per live group).
+_COMPACT_LINES = 4096
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, or ``None`` if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses.
+    return data.rsplit(b")", 1)[1].split()
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot, or ``None`` if gone."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None  # field 22
+
+
+def _running(pid: int, started: int) -> bool:
+    """Whether ``pid`` is still the process that started at ``started``, and not a zombie."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != b"Z" and int(fields[19]) == started
+
+
+def kill_tagged(tag: str, *, exact: bool = False) -> int:
+    """SIGKILL every process whose environment carries ``tag``.
+
+    With ``exact`` the value must equal ``tag`` (one run); otherwise it must
+    start with ``tag`` (every run of one owner).  Returns how many were hit.
+    """
+    needle = f"{TAG_VARIABLE}={tag}".encode() + (b"\0" if exact else b"")
+    me = os.getpid()
+    hits = 0
+    for entry in os.listdir("/proc"):  # noqa: PTH208 (names only, no Path objects)
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            pidfd = os.pidfd_open(int(entry))
+        except OSError:
+            continue
+        try:
+            # Read through the pid after the pidfd pins it: if the pid was
+            # recycled in between, the signal below goes to the pinned
+            # process, whose environment this is.
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                data = environ.read()
+            if data.startswith(needle) or (b"\0" + needle) in data:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                hits += 1
+        except OSError:
+            pass
+        finally:
+            os.close(pidfd)
+    return hits
+
+
+def kill_groups(groups: Iterable[tuple[int, int]]) -> None:
+    """SIGKILL each ``(pgid, leader start time)`` whose leader is still that process."""
+    for pgid, started in groups:
+        if start_time(pgid) == started:
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signal.SIGKILL)
+
+
+def reap_everything(owner: str, groups: Iterable[tuple[int, int]]) -> None:
+    """Kill the registered groups, then every tagged process until none is left.
+
+    A few rounds, because a tagged process may fork between the scan that
+    missed its child and the signal that ended it.
+    """
+    kill_groups(groups)
+    for _ in range(5):
+        if not kill_tagged(owner + "."):
+            return
+        time.sleep(0.05)
+
+
+def _read_state(path: Path) -> tuple[str, tuple[int, int] | None, dict[int, int]]:
+    """``(owner, (watchdog pid, start time) or None, {pgid: start time})``."""
+    lines = path.read_text().splitlines()
+    if not lines or lines[0] != _STATE_MAGIC or len(lines) < 3:
+        raise ValueError(f"not a supervisor state file: {path}")
+    owner = lines[1].removeprefix("owner ")
+    pid, started = (int(part) for part in lines[2].removeprefix("watchdog ").split())
+    groups: dict[int, int] = {}
+    for line in lines[3:]:
+        if line.startswith("+"):
+            pgid, pgid_started = (int(part) for part in line[1:].split())
+            groups[pgid] = pgid_started
+        elif line.startswith("-"):
+            groups.pop(int(line[1:]), None)
+    return owner, (pid, started), groups
+
+
+def reap_state_dir(state_dir: Path) -> int:
+    """Reap the children of every dead supervisor recorded in ``state_dir``.
+
+    A state file whose watchdog still runs belongs to a live daemon and is
+    left alone.  Returns the number of state files reaped.
+    """
+    reaped = 0
+    for path in sorted(state_dir.glob("*" + STATE_SUFFIX)):
+        try:
+            owner, watchdog, groups = _read_state(path)
+        except (OSError, ValueError):
+            continue
+        if watchdog is not None and _running(*watchdog):
+            continue
+        reap_everything(owner, groups.items())
+        with contextlib.suppress(OSError):
+            path.unlink()
+        reaped += 1
+    return reaped
+
+
+class _StateFile:
+    """The append-only log of live groups that :func:`reap_state_dir` replays."""
+
+    def __init__(self, path: Path, owner: str) -> None:
+        self._path = path
+        self._header = f"{_STATE_MAGIC}\nowner {owner}\nwatchdog {os.getpid()} "
+        self._header += f"{start_time(os.getpid())}\n"
+        self._file = path.open("w")
+        try:
+            self._file.write(self._header)
+            self._file.flush()
+        except OSError:
+            # No room for even the header (a full disk): leave no empty file
+            # behind, since the next start could not read it.
+            with contextlib.suppress(OSError):
+                self._file.close()
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        self._lines = 0
+
+    def append(self, line: str, groups: dict[int, int]) -> None:
+        if self._lines >= max(_COMPACT_LINES, 4 * len(groups)):
+            # Rewrite in place: the header and the live groups only.
+            self._file.seek(0)
+            self._file.truncate()
+            live = "".join(f"+{pgid} {started}\n" for pgid, started in groups.items())
+            self._file.write(self._header + live)
+            self._lines = len(groups)
+            return
+        self._file.write(line)
+        self._lines += 1
+
+    def flush(self) -> None:
+        """One write per batch; no fsync: a crash of the machine ends every child too."""
+        self._file.flush()
+
+    def remove(self) -> None:
+        self._file.close()
+        with contextlib.suppress(OSError):
+            self._path.unlink()
+
+
+def main(argv: list[str]) -> None:
+    owner = argv[1]
+    state = None
+    if len(argv) > 2 and argv[2]:
+        try:
+            state = _StateFile(Path(argv[2]), owner)
+        except OSError as error:  # guard without the file rather than not at all
+            print(f"oma-bridge watchdog: no state file: {error}", file=sys.stderr)
+    # The terminal's signals are not for us (we run in our own session anyway).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    groups: dict[int, int] = {}
+    pending = b""
+    while chunk := os.read(0, 65536):
+        *lines, pending = (pending + chunk).split(b"\n")
+        for raw in lines:
+            try:
+                pgid = int(raw[1:])
+            except ValueError:
+                continue  # not ours to die of: a malformed line
+            if raw.startswith(b"+"):
+                started = start_time(pgid)
+                if started is None:
+                    continue  # already gone: nothing to remember
+                groups[pgid] = started
+                if state:
+                    state.append(f"+{pgid} {started}\n", groups)
+            elif groups.pop(pgid, None) is not None and state:
+                state.append(f"-{pgid}\n", groups)
+        if state:
+            state.flush()
+        # Let registrations pile up in the pipe for a moment: one wake-up per
+        # batch rather than per run keeps us off a busy daemon's CPUs.
+        time.sleep(_BATCH_S)
+    reap_everything(owner, groups.items())
+    if state:
+        state.remove()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,1 @@
+"""The daemon's protocol as data: versions, error codes, params models, shapes, schema. No I/O."""

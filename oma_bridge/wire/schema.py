@@ -1,0 +1,868 @@
+"""The JSON Schema of every wire message: :func:`protocol_schema`.
+
+The params models that validate what clients send already exist
+(:mod:`oma_bridge.wire.params`, :mod:`oma_bridge.server.agents.service`) and
+are reused as they are.  This module models what the daemon *sends* (results,
+notifications, its own requests, error data) and the answers it accepts to
+its requests, then assembles one JSON Schema 2020-12 document:
+
+* ``$defs``: one definition per shape;
+* ``x-methods``: every method, grouped by method, with its direction and the
+  ``$ref`` of its ``params`` and ``result`` (a notification has ``params``
+  only), plus the error codes it can answer;
+* ``x-errors``: every error code with its message and the ``$ref`` of its
+  ``data`` (or none);
+* the document itself validates one frame's JSON-RPC envelope.
+
+Shapes the daemon sends are TypedDicts (``typing_extensions``, as pydantic
+needs on Python 3.11) because they tell "key absent" from "key null" exactly
+as the wire does: ``NotRequired`` keys are omitted when unset, ``X | None``
+keys are present and may be null.  Messages and content blocks allow extra
+keys, because the daemon hands back client-sent messages unchanged (the
+shape guard keeps unknown keys and unknown block types).
+
+``scripts/gen_schema.py`` writes the document to
+``docs/schema/protocol.schema.json``; ``tests/test_wire_schema.py`` checks
+that the file is current and that real frames of a daemon session validate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
+from typing_extensions import TypedDict
+
+from oma_bridge.server.agents.service import (
+    AgentIdParams,
+    OpenParams,
+    RunAgentParams,
+    RunIdParams,
+    RunParams,
+)
+from oma_bridge.server.discovery import PROTOCOL_VERSION
+from oma_bridge.wire.params import InitializeParams, NoParams
+
+__all__ = [
+    "ERRORS",
+    "METHODS",
+    "SCHEMA_DIALECT",
+    "AgentRunResult",
+    "ErrorSpec",
+    "MethodSpec",
+    "StreamEvent",
+    "protocol_schema",
+]
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+_CLOSED = ConfigDict(extra="forbid")
+_OPEN = ConfigDict(extra="allow")
+
+# ---------------------------------------------------------------------------
+# Messages (PROTOCOL §6), mirrored from the TypedDicts of oma_bridge.messages
+# (those are typing.TypedDict, which pydantic cannot read on Python 3.11).
+# tests/test_wire_schema.py checks that the keys stay the same.
+
+
+@with_config(_CLOSED)
+class Base64Source(TypedDict):
+    type: Literal["base64"]
+    media_type: str
+    data: str
+
+
+@with_config(_CLOSED)
+class UrlSource(TypedDict):
+    type: Literal["url"]
+    media_type: str
+    url: str
+
+
+@with_config(_OPEN)
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+@with_config(_OPEN)
+class ImageBlock(TypedDict):
+    type: Literal["image"]
+    source: Base64Source
+
+
+@with_config(_OPEN)
+class ToolUseBlock(TypedDict):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+    signature: NotRequired[str]
+
+
+@with_config(_OPEN)
+class ToolResultTextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+@with_config(_OPEN)
+class ToolResultImagePart(TypedDict):
+    type: Literal["image"]
+    source: Base64Source | UrlSource
+
+
+@with_config(_OPEN)
+class ToolResultFilePart(TypedDict):
+    type: Literal["file"]
+    filename: str
+    source: Base64Source | UrlSource
+
+
+ToolResultPart: TypeAlias = ToolResultTextPart | ToolResultImagePart | ToolResultFilePart
+
+
+@with_config(_OPEN)
+class ToolResultBlock(TypedDict):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[ToolResultPart]
+    is_error: NotRequired[bool]
+
+
+@with_config(_OPEN)
+class ReasoningBlock(TypedDict):
+    type: Literal["reasoning"]
+    text: str
+    signature: NotRequired[str]
+    redactedData: NotRequired[str]
+    provenance: NotRequired[str]
+
+
+KNOWN_BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "reasoning")
+
+
+def _other_block_schema(schema: dict[str, Any]) -> None:
+    # An unknown block type passes the shape guard unchanged, so it can come
+    # back in results and history; it must not stand in for a malformed known one.
+    schema["properties"]["type"] = {"type": "string", "not": {"enum": list(KNOWN_BLOCK_TYPES)}}
+
+
+@with_config(ConfigDict(extra="allow", json_schema_extra=_other_block_schema))
+class OtherBlock(TypedDict):
+    """A block of a type the daemon does not know, passed through as sent."""
+
+    type: str
+
+
+ContentBlock: TypeAlias = (
+    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ReasoningBlock | OtherBlock
+)
+
+
+@with_config(_OPEN)
+class LLMMessage(TypedDict):
+    role: Literal["user", "assistant"]
+    content: list[ContentBlock]
+
+
+# ---------------------------------------------------------------------------
+# Results and events (PROTOCOL §6; oma_bridge.results.*.to_wire)
+
+
+@with_config(_CLOSED)
+class TokenUsage(TypedDict):
+    input_tokens: int
+    output_tokens: int
+
+
+@with_config(_CLOSED)
+class ToolCallRecord(TypedDict):
+    toolName: str
+    input: Any
+    output: str
+    duration: int
+
+
+@with_config(_CLOSED)
+class RunStatus(TypedDict):
+    code: Literal["ok", "error", "cancelled", "timeout", "budget_exhausted"]
+    message: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class ErrorInfo(TypedDict):
+    kind: Literal["callback", "backend", "provider", "timeout", "cancelled", "budget", "internal"]
+    code: NotRequired[str]
+    name: NotRequired[str]
+    message: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class RunIdentity(TypedDict):
+    """Extension: who an ``oma/runAgent`` run is in traces."""
+
+    runId: str
+    attempt: int
+    traceId: str
+    rootSpanId: str
+
+
+def _success_means_ok(schema: dict[str, Any]) -> None:
+    # PROTOCOL §6: success is true exactly when status.code is "ok".
+    ok = {"properties": {"status": {"properties": {"code": {"const": "ok"}}}}}
+    schema["if"] = {"properties": {"success": {"const": True}}}
+    schema["then"] = ok
+    schema["else"] = {"not": ok}
+
+
+@with_config(ConfigDict(extra="forbid", json_schema_extra=_success_means_ok))
+class AgentRunResult(TypedDict):
+    runId: str
+    success: bool
+    output: str
+    messages: list[LLMMessage]
+    tokenUsage: TokenUsage
+    toolCalls: list[ToolCallRecord]
+    status: RunStatus
+    errorInfo: NotRequired[ErrorInfo]
+    budgetExceeded: NotRequired[Literal[True]]
+    identity: NotRequired[RunIdentity]
+
+
+@with_config(_CLOSED)
+class ErrorEventData(TypedDict):
+    name: str
+    message: str
+    code: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class BudgetExceededData(TypedDict):
+    name: str
+    code: str
+    message: str
+
+
+def _acp_update_schema(schema: dict[str, Any]) -> None:
+    schema["description"] = (
+        "A raw ACP session update as the agent sent it (plan, modes, config options, "
+        "commands, session info, tool calls, usage, unknown kinds)."
+    )
+
+
+@with_config(ConfigDict(extra="allow", json_schema_extra=_acp_update_schema))
+class AcpSessionUpdate(TypedDict):
+    sessionUpdate: str
+
+
+@with_config(_CLOSED)
+class TextEvent(TypedDict):
+    type: Literal["text"]
+    data: str
+
+
+@with_config(_CLOSED)
+class ReasoningEvent(TypedDict):
+    type: Literal["reasoning"]
+    data: str
+
+
+@with_config(_CLOSED)
+class ToolUseEvent(TypedDict):
+    type: Literal["tool_use"]
+    data: ToolUseBlock
+
+
+@with_config(_CLOSED)
+class ToolResultEvent(TypedDict):
+    type: Literal["tool_result"]
+    data: ToolResultBlock
+
+
+@with_config(_CLOSED)
+class BudgetExceededEvent(TypedDict):
+    type: Literal["budget_exceeded"]
+    data: BudgetExceededData
+
+
+@with_config(_CLOSED)
+class DoneEvent(TypedDict):
+    type: Literal["done"]
+    data: AgentRunResult
+
+
+@with_config(_CLOSED)
+class ErrorEvent(TypedDict):
+    type: Literal["error"]
+    data: ErrorEventData
+
+
+@with_config(_CLOSED)
+class UpdateEvent(TypedDict):
+    """Extension: a raw ACP session update (ACP agents only)."""
+
+    type: Literal["update"]
+    data: AcpSessionUpdate
+
+
+StreamEvent: TypeAlias = (
+    TextEvent
+    | ReasoningEvent
+    | ToolUseEvent
+    | ToolResultEvent
+    | BudgetExceededEvent
+    | DoneEvent
+    | ErrorEvent
+    | UpdateEvent
+)
+
+
+@with_config(_CLOSED)
+class RunEventParams(TypedDict):
+    runId: str
+    event: StreamEvent
+
+
+# ---------------------------------------------------------------------------
+# oma/progress
+
+
+@with_config(_CLOSED)
+class PromptStart(TypedDict):
+    prompt: str
+
+
+@with_config(_CLOSED)
+class MessagesStart(TypedDict):
+    messages: list[LLMMessage]
+
+
+@with_config(_CLOSED)
+class AgentStartProgress(TypedDict):
+    type: Literal["agent_start"]
+    agent: str
+    data: PromptStart | MessagesStart
+
+
+@with_config(_CLOSED)
+class ProgressBudgetData(TypedDict):
+    """From the run's ``errorInfo`` (keys may be null) or the cost cap."""
+
+    name: str | None
+    code: str | None
+    message: str | None
+
+
+@with_config(_CLOSED)
+class BudgetExceededProgress(TypedDict):
+    type: Literal["budget_exceeded"]
+    agent: str
+    data: ProgressBudgetData
+
+
+@with_config(_CLOSED)
+class AgentCompleteProgress(TypedDict):
+    type: Literal["agent_complete"]
+    agent: str
+    data: AgentRunResult
+
+
+ProgressEvent: TypeAlias = AgentStartProgress | BudgetExceededProgress | AgentCompleteProgress
+
+
+@with_config(_CLOSED)
+class ProgressParams(TypedDict):
+    runId: str
+    event: ProgressEvent
+
+
+# ---------------------------------------------------------------------------
+# Results of the client's requests
+
+
+@with_config(_CLOSED)
+class AgentProfileInfo(TypedDict):
+    name: str
+    kind: Literal["llm", "process", "acp"]
+    description: NotRequired[str]
+    model: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class ServerInfo(TypedDict):
+    name: Literal["oma-bridge"]
+    version: str
+
+
+@with_config(_CLOSED)
+class InitializeResult(TypedDict):
+    protocolVersion: Literal[1]
+    serverInfo: ServerInfo
+    agents: list[AgentProfileInfo]
+
+
+@with_config(_CLOSED)
+class AgentsListResult(TypedDict):
+    agents: list[AgentProfileInfo]
+
+
+@with_config(_CLOSED)
+class AgentOpenResult(TypedDict):
+    agentId: str
+
+
+@with_config(_CLOSED)
+class HistoryResult(TypedDict):
+    messages: list[LLMMessage]
+
+
+@with_config(_CLOSED)
+class EmptyResult(TypedDict):
+    """``{}``."""
+
+
+@with_config(_CLOSED)
+class CancelResult(TypedDict):
+    cancelled: bool
+
+
+@with_config(_CLOSED)
+class StatusAgent(TypedDict):
+    agentId: str
+    profile: str
+    kind: Literal["llm", "process", "acp"]
+    state: Literal["idle", "running", "completed", "error"]
+    queuedRuns: int
+
+
+@with_config(_CLOSED)
+class StatusRun(TypedDict):
+    runId: str
+    #: null for an ``oma/runAgent`` run (a one-off agent has no agentId).
+    agentId: str | None
+    method: Literal["agent/run", "agent/stream", "agent/prompt", "oma/runAgent"]
+    #: Unix time in seconds; null while the run is queued.
+    startedAt: float | None
+
+
+@with_config(_CLOSED)
+class StatusProcess(TypedDict):
+    pid: int
+    #: null for the process of an ``oma/runAgent`` run.
+    agentId: str | None
+    rssBytes: int
+    runId: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class EvaluationStats(TypedDict):
+    sampled: int
+    enqueued: int
+    completed: int
+    dropped: int
+    failed: int
+    storeFailed: int
+
+
+@with_config(_CLOSED)
+class DaemonStatus(TypedDict):
+    version: str
+    uptimeS: float
+    connections: int
+    agents: list[StatusAgent]
+    runs: list[StatusRun]
+    processes: list[StatusProcess]
+    #: Extension: present when the daemon's orchestrator evaluates runs.
+    evaluation: NotRequired[EvaluationStats]
+
+
+# ---------------------------------------------------------------------------
+# The daemon's requests (PROTOCOL §5) and the answers it accepts
+
+
+@with_config(_CLOSED)
+class BeforeRunContext(TypedDict):
+    prompt: str
+    messages: list[LLMMessage]
+    agent: AgentProfileInfo
+
+
+@with_config(_CLOSED)
+class BeforeRunParams(TypedDict):
+    agentId: str
+    runId: str
+    context: BeforeRunContext
+
+
+@with_config(_OPEN)
+class BeforeRunAnswer(TypedDict):
+    """Other keys are ignored; ``messages`` null or absent keeps the messages."""
+
+    prompt: str
+    messages: NotRequired[list[LLMMessage] | None]
+
+
+@with_config(_CLOSED)
+class AfterRunParams(TypedDict):
+    agentId: str
+    runId: str
+    result: AgentRunResult
+
+
+@with_config(_OPEN)
+class AfterRunAnswer(TypedDict):
+    result: AgentRunResult
+
+
+@with_config(_CLOSED)
+class PermissionToolCall(TypedDict):
+    """The keys of the agent's ``toolCall`` the daemon forwards, values as the agent sent them."""
+
+    toolCallId: NotRequired[str]
+    title: NotRequired[str]
+    kind: NotRequired[str]
+    rawInput: NotRequired[Any]
+
+
+@with_config(_CLOSED)
+class PermissionOptionInfo(TypedDict):
+    optionId: str
+    name: str
+    kind: str
+
+
+@with_config(_CLOSED)
+class PermissionRequestParams(TypedDict):
+    #: null for a run of ``oma/runAgent``.
+    agentId: str | None
+    runId: str
+    toolCall: PermissionToolCall
+    options: list[PermissionOptionInfo]
+
+
+@with_config(_OPEN)
+class SelectedOutcome(TypedDict):
+    outcome: Literal["selected"]
+    optionId: str
+
+
+@with_config(_OPEN)
+class CancelledOutcome(TypedDict):
+    outcome: Literal["cancelled"]
+
+
+@with_config(_OPEN)
+class PermissionAnswer(TypedDict):
+    """Anything else (or an option not offered) counts as the least-privilege reject."""
+
+    outcome: SelectedOutcome | CancelledOutcome
+
+
+@with_config(_CLOSED)
+class CancelRequestParams(TypedDict):
+    """``$/cancel_request``: the daemon sends ``id``; it accepts ``id`` or ``requestId``."""
+
+    id: int | str
+
+
+# ---------------------------------------------------------------------------
+# Error data (PROTOCOL §7)
+
+
+@with_config(_CLOSED)
+class EnvelopeErrorData(TypedDict):
+    """Extension on -32700 / -32600: a short reason, never the input."""
+
+    detail: str
+
+
+@with_config(_CLOSED)
+class ParamsErrorItem(TypedDict):
+    loc: list[str | int]
+    msg: str
+    type: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class InvalidParamsData(TypedDict):
+    errors: list[ParamsErrorItem]
+
+
+@with_config(_CLOSED)
+class OverloadedData(TypedDict):
+    retryAfterMs: int
+
+
+@with_config(_CLOSED)
+class UnsupportedVersionData(TypedDict):
+    supported: list[int]
+
+
+@with_config(_CLOSED)
+class InvalidMessageData(TypedDict):
+    name: Literal["InvalidMessageError"]
+    code: Literal["INVALID_MESSAGE"]
+    message: str
+
+
+@with_config(_CLOSED)
+class NotFoundData(TypedDict):
+    name: Literal["NotFound"]
+
+
+@with_config(_CLOSED)
+class ForbiddenData(TypedDict):
+    name: Literal["Forbidden"]
+
+
+# ---------------------------------------------------------------------------
+# JSON-RPC envelopes
+
+RequestId: TypeAlias = int | str
+
+
+@with_config(_CLOSED)
+class JsonRpcRequest(TypedDict):
+    jsonrpc: Literal["2.0"]
+    id: RequestId
+    method: str
+    params: NotRequired[dict[str, Any] | list[Any]]
+
+
+@with_config(_CLOSED)
+class JsonRpcNotification(TypedDict):
+    jsonrpc: Literal["2.0"]
+    method: str
+    params: NotRequired[dict[str, Any] | list[Any]]
+
+
+@with_config(_CLOSED)
+class JsonRpcResult(TypedDict):
+    jsonrpc: Literal["2.0"]
+    id: RequestId
+    result: Any
+
+
+@with_config(_CLOSED)
+class JsonRpcErrorObject(TypedDict):
+    code: int
+    message: str
+    data: NotRequired[Any]
+
+
+@with_config(_CLOSED)
+class JsonRpcError(TypedDict):
+    jsonrpc: Literal["2.0"]
+    #: null when the request's id could not be read.
+    id: RequestId | None
+    error: JsonRpcErrorObject
+
+
+ENVELOPES: tuple[Any, ...] = (JsonRpcRequest, JsonRpcNotification, JsonRpcResult, JsonRpcError)
+
+# ---------------------------------------------------------------------------
+# The catalogue
+
+
+class _Ignored:
+    """Marker: the daemon ignores these params (schema ``{}``, anything)."""
+
+
+Direction: TypeAlias = Literal["client→daemon", "daemon→client", "both"]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method: who sends it, its params, its result (``None`` for a notification)."""
+
+    direction: Direction
+    params: Any
+    result: Any = None
+    errors: tuple[int, ...] = ()
+    summary: str = ""
+
+    @property
+    def notification(self) -> bool:
+        return self.result is None
+
+
+@dataclass(frozen=True)
+class ErrorSpec:
+    message: str
+    data: Any = None
+    when: str = ""
+
+
+_RUN_ERRORS = (-32602, -32011, -32010, -32001)
+_AGENT_ID_ERRORS = (-32602, -32011)
+
+METHODS: dict[str, MethodSpec] = {
+    "initialize": MethodSpec(
+        "client→daemon",
+        InitializeParams,
+        InitializeResult,
+        (-32602, -32003, -32600),
+        "first request of a connection",
+    ),
+    "agents/list": MethodSpec(
+        "client→daemon", NoParams, AgentsListResult, (-32602,), "the declared profiles"
+    ),
+    "agent/open": MethodSpec(
+        "client→daemon",
+        OpenParams,
+        AgentOpenResult,
+        (-32602, -32011, -32012, -32010),
+        "open an agent of a declared profile",
+    ),
+    "agent/run": MethodSpec(
+        "client→daemon", RunParams, AgentRunResult, _RUN_ERRORS, "a fresh conversation"
+    ),
+    "agent/stream": MethodSpec(
+        "client→daemon",
+        RunParams,
+        AgentRunResult,
+        _RUN_ERRORS,
+        "like agent/run, with run/event notifications before the answer",
+    ),
+    "agent/prompt": MethodSpec(
+        "client→daemon", RunParams, AgentRunResult, _RUN_ERRORS, "a turn of the agent's history"
+    ),
+    "agent/history": MethodSpec("client→daemon", AgentIdParams, HistoryResult, _AGENT_ID_ERRORS),
+    "agent/reset": MethodSpec("client→daemon", AgentIdParams, EmptyResult, _AGENT_ID_ERRORS),
+    "agent/close": MethodSpec("client→daemon", AgentIdParams, EmptyResult, _AGENT_ID_ERRORS),
+    "agent/attach": MethodSpec("client→daemon", AgentIdParams, EmptyResult, _AGENT_ID_ERRORS),
+    "run/cancel": MethodSpec("client→daemon", RunIdParams, CancelResult, (-32602,)),
+    "oma/runAgent": MethodSpec(
+        "client→daemon",
+        RunAgentParams,
+        AgentRunResult,
+        (-32602, -32011, -32012, -32010, -32001),
+        "a one-off agent with oma/progress notifications",
+    ),
+    "daemon/status": MethodSpec("client→daemon", _Ignored, DaemonStatus, ()),
+    "run/event": MethodSpec("daemon→client", RunEventParams, None, (), "one event of a stream"),
+    "oma/progress": MethodSpec(
+        "daemon→client", ProgressParams, None, (), "one progress event of oma/runAgent"
+    ),
+    "hook/beforeRun": MethodSpec(
+        "daemon→client", BeforeRunParams, BeforeRunAnswer, (), "to the agent's hook owner"
+    ),
+    "hook/afterRun": MethodSpec(
+        "daemon→client", AfterRunParams, AfterRunAnswer, (), "to the agent's hook owner"
+    ),
+    "permission/request": MethodSpec(
+        "daemon→client",
+        PermissionRequestParams,
+        PermissionAnswer,
+        (),
+        "to the connection that started the run",
+    ),
+    "$/cancel_request": MethodSpec(
+        "both", CancelRequestParams, None, (), "withdraw a pending request"
+    ),
+}
+
+ERRORS: dict[int, ErrorSpec] = {
+    -32700: ErrorSpec("Parse error", EnvelopeErrorData, "not JSON"),
+    -32600: ErrorSpec(
+        "Invalid Request", EnvelopeErrorData, "not a JSON-RPC request; a second initialize"
+    ),
+    -32601: ErrorSpec("Method not found: <method>", None, "unknown method"),
+    -32602: ErrorSpec("Invalid params", InvalidParamsData, "params of the wrong shape"),
+    -32603: ErrorSpec("Internal error", None, "a bug; logged with a trace"),
+    -32800: ErrorSpec("Request cancelled", None, "the client sent $/cancel_request for it"),
+    -32001: ErrorSpec("Overloaded: too many runs queued", OverloadedData, "past max_queued_runs"),
+    -32002: ErrorSpec("Not initialized", None, "a request before initialize"),
+    -32003: ErrorSpec(
+        "Unsupported protocol version", UnsupportedVersionData, "initialize with another version"
+    ),
+    -32010: ErrorSpec("<the InvalidMessageError message>", InvalidMessageData, "invalid input"),
+    -32011: ErrorSpec("Not found: <what>", NotFoundData, "unknown agentId, runId or profile"),
+    -32012: ErrorSpec("Forbidden: <why>", ForbiddenData, "refused by the daemon's policy"),
+}
+
+# ---------------------------------------------------------------------------
+# Assembly
+
+_REF = "#/$defs/{model}"
+
+
+def _name(kind: Any) -> str:
+    if kind is _Ignored:
+        return "IgnoredParams"
+    return str(kind.__name__)
+
+
+def _adapter_schema(kind: Any) -> dict[str, Any]:
+    if kind is _Ignored:
+        return {"description": "The daemon ignores these params."}
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return kind.model_json_schema(ref_template=_REF, mode="validation")
+    return TypeAdapter(kind).json_schema(ref_template=_REF, mode="validation")
+
+
+def _collect(kind: Any, defs: dict[str, Any]) -> dict[str, str]:
+    """Put ``kind`` (and every shape it uses) into ``defs``; return its ``$ref``."""
+    schema = _adapter_schema(kind)
+    for name, nested in schema.pop("$defs", {}).items():
+        _add(defs, name, nested)
+    _add(defs, _name(kind), schema)
+    return {"$ref": _REF.format(model=_name(kind))}
+
+
+def _add(defs: dict[str, Any], name: str, schema: dict[str, Any]) -> None:
+    known = defs.get(name)
+    if known is not None and known != schema:
+        raise ValueError(f"two different wire shapes are named {name}")
+    defs[name] = schema
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
+
+
+def protocol_schema() -> dict[str, Any]:
+    """The JSON Schema document of the wire protocol (keys sorted, stable)."""
+    defs: dict[str, Any] = {}
+    methods: dict[str, Any] = {}
+    for method, spec in METHODS.items():
+        entry: dict[str, Any] = {
+            "direction": spec.direction,
+            "kind": "notification" if spec.notification else "request",
+            "params": _collect(spec.params, defs),
+        }
+        if spec.result is not None:
+            entry["result"] = _collect(spec.result, defs)
+        if spec.errors:
+            entry["errors"] = list(spec.errors)
+        if spec.summary:
+            entry["summary"] = spec.summary
+        methods[method] = entry
+    errors: dict[str, Any] = {}
+    for code, error in ERRORS.items():
+        described: dict[str, Any] = {"message": error.message, "when": error.when}
+        if error.data is not None:
+            described["data"] = _collect(error.data, defs)
+        errors[str(code)] = described
+    envelopes = [_collect(kind, defs) for kind in ENVELOPES]
+    document = {
+        "$schema": SCHEMA_DIALECT,
+        "title": f"oma-bridge wire protocol, version {PROTOCOL_VERSION}",
+        "description": (
+            "Validates one frame's JSON-RPC envelope. x-methods gives, per method, the $ref of "
+            "its params and result; x-errors the data of each error code. Generated from the "
+            "models in oma_bridge/wire/schema.py by scripts/gen_schema.py."
+        ),
+        "x-protocolVersion": PROTOCOL_VERSION,
+        "oneOf": envelopes,
+        "$defs": defs,
+        "x-methods": methods,
+        "x-errors": errors,
+    }
+    return dict(_sorted(document))
