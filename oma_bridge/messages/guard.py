@@ -1,139 +1,27 @@
-"""Messages: the types, the shape guard, the copy and the normalisers.
+"""The shape guard: open-multi-agent's message checks, and oma_bridge's stricter ones.
 
-Messages are plain JSON data (dicts and lists), described by the TypedDicts
-below.  Two functions stand between a caller's data and everything else:
-
-* :func:`validate_messages` (and :func:`validate_content_blocks` for the
-  ``prompt`` path) runs open-multi-agent's ``assertValidMessages`` checks with
-  OMA's exact error strings, and oma_bridge's stricter checks on the
-  internals of known block types (D1 in the reference).  A D1 violation is
-  raised only once OMA's checks have passed the whole input, so an input OMA
-  rejects keeps OMA's message.  Unknown block types pass unchanged.
-* :func:`copy_messages` makes an independent deep copy of JSON data and
-  refuses anything else (D2: "cloneable" means JSON data).
-
-Neither recurses without bound, so hostile input (deep nesting, cycles,
-huge strings) gets an :class:`~oma_bridge.errors.InvalidMessageError` naming
-the path, never a ``RecursionError`` or a hang.
+:func:`validate_messages` (and :func:`validate_content_blocks` for the
+``prompt`` path) runs open-multi-agent's ``assertValidMessages`` checks with
+its exact error strings, then oma_bridge's checks on the internals of known
+block types (``docs/messages.md``, rule M1).  An M1 violation is raised only
+once the reference's checks have passed the whole input, so an input the
+reference rejects keeps the reference's message.  Unknown block types pass
+unchanged.  Nothing here recurses without bound: hostile input gets an
+:class:`~oma_bridge.errors.InvalidMessageError` naming the path.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 from collections.abc import Sequence
-from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
+from typing import Any
 
 from oma_bridge.errors import InvalidMessageError
 
-__all__ = [
-    "MAX_NESTING_DEPTH",
-    "AgentPromptInput",
-    "AgentRunInput",
-    "Base64Source",
-    "ContentBlock",
-    "ImageBlock",
-    "LLMMessage",
-    "ReasoningBlock",
-    "TextBlock",
-    "ToolResultBlock",
-    "ToolResultFilePart",
-    "ToolResultImagePart",
-    "ToolResultPart",
-    "ToolResultTextPart",
-    "ToolUseBlock",
-    "UrlSource",
-    "copy_messages",
-    "is_canonical_base64",
-    "last_user_text",
-    "prompt_to_messages",
-    "text_message",
-    "validate_content_blocks",
-    "validate_messages",
-]
+__all__ = ["is_canonical_base64", "validate_content_blocks", "validate_messages"]
 
-# --------------------------------------------------------------------------
-# Types
-
-
-class Base64Source(TypedDict):
-    type: Literal["base64"]
-    media_type: str
-    data: str
-
-
-class UrlSource(TypedDict):
-    type: Literal["url"]
-    media_type: str
-    url: str
-
-
-class TextBlock(TypedDict):
-    type: Literal["text"]
-    text: str
-
-
-class ImageBlock(TypedDict):
-    type: Literal["image"]
-    source: Base64Source
-
-
-class ToolUseBlock(TypedDict):
-    type: Literal["tool_use"]
-    id: str
-    name: str
-    input: dict[str, Any]
-    signature: NotRequired[str]
-
-
-class ToolResultTextPart(TypedDict):
-    type: Literal["text"]
-    text: str
-
-
-class ToolResultImagePart(TypedDict):
-    type: Literal["image"]
-    source: Base64Source | UrlSource
-
-
-class ToolResultFilePart(TypedDict):
-    type: Literal["file"]
-    filename: str
-    source: Base64Source | UrlSource
-
-
-ToolResultPart: TypeAlias = ToolResultTextPart | ToolResultImagePart | ToolResultFilePart
-
-
-class ToolResultBlock(TypedDict):
-    type: Literal["tool_result"]
-    tool_use_id: str
-    content: str | list[ToolResultPart]
-    is_error: NotRequired[bool]
-
-
-class ReasoningBlock(TypedDict):
-    type: Literal["reasoning"]
-    text: str
-    signature: NotRequired[str]
-    redactedData: NotRequired[str]
-    provenance: NotRequired[str]
-
-
-ContentBlock: TypeAlias = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ReasoningBlock
-
-
-class LLMMessage(TypedDict):
-    role: Literal["user", "assistant"]
-    content: list[ContentBlock]
-
-
-AgentRunInput: TypeAlias = str | Sequence[LLMMessage]
-AgentPromptInput: TypeAlias = str | Sequence[ContentBlock]
-
-# --------------------------------------------------------------------------
-# Helpers shared by the guard and the copy
+# Helpers
 
 
 _ARRAY = (list, tuple)
@@ -160,21 +48,6 @@ def _type_name(value: object) -> str:
     if callable(value) and not isinstance(value, type):
         return "function"
     return "object"
-
-
-_IDENTIFIER = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
-
-
-def _key_segment(key: object) -> str:
-    if isinstance(key, str) and _IDENTIFIER.match(key):
-        return "." + key
-    if isinstance(key, int):
-        return f"[{key}]"
-    return "[" + _json_quote(str(key)) + "]"
-
-
-def _json_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _string_or_none(value: object) -> str | None:
@@ -461,192 +334,3 @@ def validate_content_blocks(blocks: object) -> None:
     ``messages[0].content must be a ContentBlock[], got null``).
     """
     validate_messages([{"role": "user", "content": blocks}])
-
-
-# --------------------------------------------------------------------------
-# The copy
-
-#: Deepest JSON nesting accepted, counted from the message list itself.  orjson
-#: (which every edge of oma_bridge uses) refuses to encode past 255 levels, and
-#: a wire frame or provider request adds a few levels around the messages, so
-#: deeper input could be accepted here only to fail later, far from its cause.
-MAX_NESTING_DEPTH = 200
-
-#: Most containers one copy may create.  Shared sub-lists (``x = [x, x]``, n
-#: times over) expand into 2**n containers in a JSON tree; without a bound
-#: such an input would hang the copy, or later its encoding.
-MAX_CONTAINERS = 1_000_000
-
-_TOO_MANY = f"holds more than {MAX_CONTAINERS:,} objects and arrays once expanded"
-_CLONEABLE = (
-    "messages must contain cloneable structured data (strings, arrays, and plain data objects)"
-)
-
-
-class _Refusal(Exception):
-    """Raised inside the copy; each level on the way up adds its path segment."""
-
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-        self.segments: list[object] = []
-
-
-#: Values the copy shares instead of copying: immutable, and exactly JSON.
-_ATOMS = frozenset({str, int, bool, type(None)})
-
-
-def _copy_value(value: Any, depth: int, budget: list[int]) -> Any:
-    # The hot path of every input and history: a container is copied in C
-    # (dict.copy, list) and only its non-atomic items are visited again.
-    kind = type(value)
-    if kind is dict:
-        if depth >= MAX_NESTING_DEPTH:
-            raise _Refusal(f"nests deeper than {MAX_NESTING_DEPTH} levels")
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _Refusal(_TOO_MANY)
-        out = value.copy()
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _Refusal(f"has a non-string key of type {type(key).__name__}")
-            if type(item) not in _ATOMS:
-                try:
-                    out[key] = _copy_value(item, depth + 1, budget)
-                except _Refusal as refusal:
-                    refusal.segments.append(key)
-                    raise
-        return out
-    if kind is list or kind is tuple:
-        if depth >= MAX_NESTING_DEPTH:
-            raise _Refusal(f"nests deeper than {MAX_NESTING_DEPTH} levels")
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _Refusal(_TOO_MANY)
-        copied = list(value)
-        index = 0  # cheaper than enumerate's tuple per item
-        for item in value:
-            if type(item) not in _ATOMS:
-                try:
-                    copied[index] = _copy_value(item, depth + 1, budget)
-                except _Refusal as refusal:
-                    refusal.segments.append(index)
-                    raise
-            index += 1  # noqa: SIM113  (see above)
-        return copied
-    if kind in _ATOMS:
-        return value
-    if kind is float:
-        if math.isfinite(value):
-            return value
-        raise _Refusal(f"is a non-finite number ({value})")
-    return _copy_subclass(value, depth, budget)
-
-
-def _copy_subclass(value: Any, depth: int, budget: list[int]) -> Any:
-    """The slow path: subclasses of JSON types become the plain type."""
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return _copy_value(float(value), depth, budget)
-    if isinstance(value, dict):
-        return _copy_value(dict(value), depth, budget)
-    if isinstance(value, _ARRAY):
-        return _copy_value(list(value), depth, budget)
-    raise _Refusal(f"is not JSON data ({_describe(value)})")
-
-
-def _describe(value: object) -> str:
-    if callable(value) and not isinstance(value, type):
-        return "a function"
-    return f"a value of type {type(value).__name__}"
-
-
-def _path_of(segments: Sequence[object]) -> str:
-    """The path of a copy refusal; a deep one keeps its head and its depth."""
-    if len(segments) <= 16:
-        return "messages" + "".join(_key_segment(s) for s in segments)
-    head = "".join(_key_segment(s) for s in segments[:12])
-    return f"messages{head}...(+{len(segments) - 12} levels)"
-
-
-def _cycle_end(root: object, segments: Sequence[object]) -> int | None:
-    """How many segments lead from ``root`` to a container met twice, if any."""
-    seen = {id(root)}
-    node: Any = root
-    for count, segment in enumerate(segments, 1):
-        try:
-            node = node[segment]
-        except (KeyError, IndexError, TypeError):
-            return None
-        if id(node) in seen:
-            return count
-        seen.add(id(node))
-    return None
-
-
-def copy_messages(messages: Sequence[Any]) -> list[Any]:
-    """Return an independent deep copy of JSON data; refuse anything else.
-
-    Dicts with ``str`` keys, lists (tuples become lists), strings, ints,
-    finite floats, bools and ``None`` are copied; strings are immutable and
-    shared.  Anything else (a function, a set, bytes, NaN, a non-string key,
-    a reference cycle, nesting past :data:`MAX_NESTING_DEPTH`) raises
-    :class:`InvalidMessageError` in OMA's "cloneable" wording followed by the
-    path and the reason.
-    """
-    try:
-        copied = _copy_value(messages, 0, [MAX_CONTAINERS])
-    except _Refusal as refusal:
-        segments = refusal.segments[::-1]
-        problem = refusal.problem
-        if problem.startswith("nests deeper"):
-            cycle_end = _cycle_end(messages, segments)
-            if cycle_end is not None:
-                segments, problem = segments[:cycle_end], "is a reference cycle"
-        elif problem is _TOO_MANY:
-            segments = []  # the whole input is too large, not the place where counting stopped
-        path = _path_of(segments)
-        raise InvalidMessageError(f"{_CLONEABLE}: {path} {problem}", path=path) from None
-    if not isinstance(copied, list):
-        raise InvalidMessageError(f"{_CLONEABLE}: messages is not an array", path="messages")
-    return copied
-
-
-# --------------------------------------------------------------------------
-# Normalisers and prompt text
-
-
-def text_message(text: str, role: Literal["user", "assistant"] = "user") -> LLMMessage:
-    """One message holding one text block: how a string input enters a run."""
-    return {"role": role, "content": [{"type": "text", "text": text}]}
-
-
-def prompt_to_messages(blocks: Sequence[Any]) -> list[LLMMessage]:
-    """A ``ContentBlock[]`` for ``prompt``, guarded and copied, as one user message.
-
-    The list is wrapped before the copy as before the guard, so a copy refusal
-    names the same path as a guard error would (``messages[0].content[1]...``).
-    """
-    messages = [{"role": "user", "content": blocks}]
-    validate_messages(messages)
-    return copy_messages(messages)
-
-
-def last_user_text(messages: Sequence[LLMMessage], joiner: str) -> str:
-    """The text blocks of the last user message, joined by ``joiner``.
-
-    The hook context uses ``joiner=""`` untrimmed; external backends use
-    ``"\\n"`` and trim.  With no user message the text is ``""``.
-    """
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            return joiner.join(
-                block["text"]
-                for block in message.get("content", ())
-                if block.get("type") == "text" and isinstance(block.get("text"), str)
-            )
-    return ""
