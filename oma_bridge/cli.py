@@ -19,13 +19,15 @@ from typing import Any
 import anyio
 
 from oma_bridge._version import __version__
+from oma_bridge.wire.codes import FORBIDDEN, INVALID_PARAMS, NOT_FOUND
 
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_NO_DAEMON = 3
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each sub-command's own parser, by name."""
     parser = argparse.ArgumentParser(
         prog="oma-bridge",
         description="Run LLM, process and ACP agents side by side behind one websocket daemon.",
@@ -50,13 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--image", action="append", default=[], type=Path, metavar="FILE", help="attach an image"
     )
     run.add_argument("--system", metavar="S", help="system prompt for this run")
-    return parser
+    return parser, {"serve": serve, "run": run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser, subparsers = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv) if "run" not in argv else _parse_run(parser, argv)
+    command = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
+    if command is not None and argv[command] == "run":
+        args = _parse_run(parser, subparsers["run"], argv, command)
+    else:
+        args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
@@ -77,30 +83,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 #: Not found, forbidden, invalid params: the user asked for something wrong.
-_BAD_REQUEST_CODES = frozenset({-32011, -32012, -32602})
+_BAD_REQUEST_CODES = frozenset({NOT_FOUND, FORBIDDEN, INVALID_PARAMS})
 
 
-def _parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+def _parse_run(
+    parser: argparse.ArgumentParser, run: argparse.ArgumentParser, argv: list[str], at: int
+) -> argparse.Namespace:
     """``run`` takes its prompt before or after its options (``run echo --stream "hi"``).
 
-    argparse matches positionals greedily in chunks, so the run sub-command
-    is parsed on its own with ``parse_intermixed_args``.
+    The sub-command is the first argument that is not an option.  argparse
+    matches positionals greedily in chunks, so ``run``'s own arguments are
+    parsed with ``parse_intermixed_args`` on its parser alone.
     """
-    head = argv[: argv.index("run")]
-    if head:  # options before the sub-command (only --version/--help exist)
-        parser.parse_args(head)
-    run_parser = _subparser(parser, "run")
-    args = run_parser.parse_intermixed_args(argv[argv.index("run") + 1 :])
+    if at:  # options before the sub-command (only --version/--help exist)
+        parser.parse_args(argv[:at])
+    args = run.parse_intermixed_args(argv[at + 1 :])
     args.command = "run"
     return args
-
-
-def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found: argparse.ArgumentParser = action.choices[name]
-            return found
-    raise LookupError(name)
 
 
 # ---------------------------------------------------------------------------

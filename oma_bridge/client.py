@@ -41,6 +41,7 @@ from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir
 from oma_bridge.results import AgentRunResult, StreamEvent
 from oma_bridge.rpc import Peer
+from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
 
 __all__ = [
     "Client",
@@ -52,9 +53,6 @@ __all__ = [
     "connect",
     "find_daemon",
 ]
-
-PROTOCOL_VERSION = 1
-INVALID_MESSAGE = -32010
 
 
 class DaemonNotRunningError(RuntimeError):

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from oma_bridge.agent.agent import AgentConfig, prepare_prompt_input
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.messages import (
     MAX_NESTING_DEPTH,
     copy_messages,
     is_canonical_base64,
     last_user_text,
-    prompt_to_messages,
     text_message,
     validate_content_blocks,
     validate_messages,
@@ -540,19 +540,24 @@ def test_validate_content_blocks_wraps_as_one_user_message(blocks: object, expec
     assert str(caught.value) == expected
 
 
-def test_prompt_to_messages_is_one_user_message_and_a_copy() -> None:
+def _prompt_turn(blocks: object) -> list[Any]:
+    """What ``agent/prompt`` makes of ``ContentBlock[]``: one user message, guarded and copied."""
+    return [prepare_prompt_input(blocks, AgentConfig(name="t", provider="echo", model="echo-1"))]
+
+
+def test_a_prompt_turn_is_one_user_message_and_a_copy() -> None:
     blocks = [text("look"), part_image(b64())]
-    messages = prompt_to_messages(blocks)
+    messages = _prompt_turn(blocks)
     assert messages == [{"role": "user", "content": blocks}]
     messages[0]["content"][1]["source"]["data"] = "changed"
     assert blocks[1]["source"]["data"] == PNG
-    assert prompt_to_messages([]) == [{"role": "user", "content": []}]
+    assert _prompt_turn([]) == [{"role": "user", "content": []}]
 
 
-def test_prompt_to_messages_copy_refusal_names_the_wrapped_path() -> None:
+def test_a_prompt_turn_copy_refusal_names_the_wrapped_path() -> None:
     blocks = [text(), {"type": "tool_use", "id": "c", "name": "f", "input": {"f": {1, 2}}}]
     with pytest.raises(InvalidMessageError) as caught:
-        prompt_to_messages(blocks)
+        _prompt_turn(blocks)
     assert caught.value.path == "messages[0].content[1].input.f"
 
 
@@ -722,7 +727,7 @@ def test_copy_depth_limit_is_exact() -> None:
 
 
 def test_validated_large_payloads_are_remembered_within_a_bound() -> None:
-    import oma_bridge.messages as messages_module
+    import oma_bridge.messages.guard as messages_module
 
     def image(data: str) -> list[dict[str, Any]]:
         source = {"type": "base64", "media_type": "image/png", "data": data}

@@ -105,6 +105,26 @@ class LLMMessage(TypedDict):
     content: list[ContentBlock]
 
 
+# How pydantic (the wire schema) reads these shapes, set without importing it:
+# a source is closed; blocks and messages keep unknown keys, because the guard
+# passes them through and the daemon hands client data back unchanged.
+_closed: Any
+for _closed in (Base64Source, UrlSource):
+    _closed.__pydantic_config__ = {"extra": "forbid"}
+_open: Any
+for _open in (
+    TextBlock,
+    ImageBlock,
+    ToolUseBlock,
+    ToolResultTextPart,
+    ToolResultImagePart,
+    ToolResultFilePart,
+    ToolResultBlock,
+    ReasoningBlock,
+    LLMMessage,
+):
+    _open.__pydantic_config__ = {"extra": "allow"}
+
 AgentRunInput: TypeAlias = str | Sequence[LLMMessage]
 AgentPromptInput: TypeAlias = str | Sequence[ContentBlock]
 

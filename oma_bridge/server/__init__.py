@@ -7,8 +7,9 @@ plug in through a :class:`MethodRegistry` passed to it.
 from oma_bridge.server.app import RunningServer, serve
 from oma_bridge.server.config import ConfigError, ServerConfig, load_config, parse_config
 from oma_bridge.server.listeners import StartupError
-from oma_bridge.server.methods import MethodRegistry, parse_params
+from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.session import Session
+from oma_bridge.wire.params import parse_params
 
 __all__ = [
     "ConfigError",

@@ -40,9 +40,9 @@ from oma_bridge.server.listeners import (
     open_tcp_listener,
     open_unix_listener,
 )
-from oma_bridge.server.methods import MethodRegistry, parse_params
+from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.session import Session
-from oma_bridge.wire.params import NoParams
+from oma_bridge.wire.params import NoParams, parse_params
 
 __all__ = ["RunningServer", "serve"]
 

@@ -44,11 +44,10 @@ from websockets.exceptions import InvalidHeader
 from websockets.headers import parse_subprotocol
 
 from oma_bridge.server.config import ServerConfig, ServerSection
+from oma_bridge.wire.codes import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL
 
 __all__ = [
-    "AUTH_SUBPROTOCOL_PREFIX",
     "MIN_TOKEN_LENGTH",
-    "SUBPROTOCOL",
     "Answer",
     "ListenerKind",
     "RequestPolicy",
@@ -57,8 +56,6 @@ __all__ = [
     "select_subprotocol",
 ]
 
-SUBPROTOCOL = "oma-bridge.v1"
-AUTH_SUBPROTOCOL_PREFIX = "oma-bridge.auth."
 MIN_TOKEN_LENGTH = 32
 HEALTHZ_PATH = "/healthz"
 

@@ -13,28 +13,15 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import TypedDict
 
 import orjson
 
 from oma_bridge._version import __version__
 from oma_bridge.paths import DISCOVERY_NAME
 from oma_bridge.server.listeners import StartupError
+from oma_bridge.wire.codes import PROTOCOL_VERSION, Discovery
 
-__all__ = ["PROTOCOL_VERSION", "Discovery", "discovery_path", "remove_discovery", "write_discovery"]
-
-PROTOCOL_VERSION = 1
-
-
-class Discovery(TypedDict):
-    """The content of ``bridge.json``."""
-
-    pid: int
-    version: str
-    protocolVersion: int
-    socket: str | None
-    url: str | None
-    token: str
+__all__ = ["discovery_path", "remove_discovery", "write_discovery"]
 
 
 def discovery_path(folder: Path) -> Path:

@@ -43,17 +43,11 @@ from oma_bridge.rpc import (
 )
 from oma_bridge.server.auth import ListenerKind
 from oma_bridge.server.config import ServerConfig
-from oma_bridge.server.discovery import PROTOCOL_VERSION
-from oma_bridge.server.methods import (
-    NOT_INITIALIZED,
-    OVERLOADED,
-    UNSUPPORTED_VERSION,
-    MethodRegistry,
-    parse_params,
-)
+from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.profiles import agent_profile_infos
 from oma_bridge.server.session import Session
-from oma_bridge.wire.params import InitializeParams
+from oma_bridge.wire.codes import NOT_INITIALIZED, OVERLOADED, PROTOCOL_VERSION, UNSUPPORTED_VERSION
+from oma_bridge.wire.params import InitializeParams, parse_params
 
 __all__ = ["SUPPORTED_PROTOCOL_VERSIONS", "Gateway"]
 

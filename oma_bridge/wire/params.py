@@ -1,12 +1,31 @@
-"""Params models of the wire methods the transport layer serves itself."""
+"""Every params model of the wire methods, and :func:`parse_params`, the one way in."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-__all__ = ["Capabilities", "ClientInfo", "InitializeParams", "NoParams", "WireParams"]
+from oma_bridge.wire.codes import invalid_params
+
+__all__ = [
+    "AgentIdParams",
+    "AgentOverrides",
+    "Capabilities",
+    "ClientInfo",
+    "HookFlags",
+    "InitializeParams",
+    "NoParams",
+    "OpenParams",
+    "RunAgentConfig",
+    "RunAgentParams",
+    "RunIdParams",
+    "RunParams",
+    "WireParams",
+    "parse_params",
+]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class WireParams(BaseModel):
@@ -35,3 +54,67 @@ class InitializeParams(WireParams):
 
 class NoParams(WireParams):
     """For methods without params: absent or ``{}``."""
+
+
+class HookFlags(WireParams):
+    beforeRun: StrictBool = False
+    afterRun: StrictBool = False
+
+
+class AgentOverrides(WireParams):
+    name: StrictStr | None = Field(default=None, min_length=1)
+    systemPrompt: StrictStr | None = None
+    history: list[Any] | None = None
+    maxTurns: StrictInt | None = Field(default=None, ge=1)
+    maxTokenBudget: StrictInt | None = Field(default=None, ge=0)
+    timeoutMs: StrictInt | None = Field(default=None, gt=0)
+    hooks: HookFlags | None = None
+
+
+class OpenParams(WireParams):
+    profile: StrictStr
+    config: AgentOverrides | None = None
+
+
+class RunAgentConfig(AgentOverrides):
+    profile: StrictStr
+
+
+class RunParams(WireParams):
+    agentId: StrictStr
+    input: StrictStr | list[Any]
+    runId: StrictStr | None = Field(default=None, min_length=1)
+
+
+class RunAgentParams(WireParams):
+    config: RunAgentConfig
+    input: StrictStr | list[Any]
+    runId: StrictStr | None = Field(default=None, min_length=1)
+    metadata: dict[str, Any] | None = None
+
+
+class AgentIdParams(WireParams):
+    agentId: StrictStr
+
+
+class RunIdParams(WireParams):
+    runId: StrictStr
+
+
+def parse_params(model: type[ModelT], params: Any) -> ModelT:
+    """Validate ``params`` (absent means ``{}``) into ``model``, or raise -32602.
+
+    The errors list carries locations and messages, never the input values.
+    """
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise invalid_params([{"loc": [], "msg": "params must be an object", "type": "type"}])
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        errors = [
+            {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+            for error in exc.errors(include_url=False, include_input=False, include_context=False)
+        ]
+        raise invalid_params(errors) from None

@@ -34,15 +34,23 @@ from typing import Any, Literal, NotRequired, TypeAlias
 from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
-from oma_bridge.server.agents.service import (
+from oma_bridge.messages.types import (
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from oma_bridge.wire.codes import PROTOCOL_VERSION
+from oma_bridge.wire.params import (
     AgentIdParams,
+    InitializeParams,
+    NoParams,
     OpenParams,
     RunAgentParams,
     RunIdParams,
     RunParams,
 )
-from oma_bridge.server.discovery import PROTOCOL_VERSION
-from oma_bridge.wire.params import InitializeParams, NoParams
 
 __all__ = [
     "ERRORS",
@@ -61,84 +69,8 @@ _CLOSED = ConfigDict(extra="forbid")
 _OPEN = ConfigDict(extra="allow")
 
 # ---------------------------------------------------------------------------
-# Messages (PROTOCOL §6), mirrored from the TypedDicts of oma_bridge.messages
-# (those are typing.TypedDict, which pydantic cannot read on Python 3.11).
-# tests/test_wire_schema.py checks that the keys stay the same.
-
-
-@with_config(_CLOSED)
-class Base64Source(TypedDict):
-    type: Literal["base64"]
-    media_type: str
-    data: str
-
-
-@with_config(_CLOSED)
-class UrlSource(TypedDict):
-    type: Literal["url"]
-    media_type: str
-    url: str
-
-
-@with_config(_OPEN)
-class TextBlock(TypedDict):
-    type: Literal["text"]
-    text: str
-
-
-@with_config(_OPEN)
-class ImageBlock(TypedDict):
-    type: Literal["image"]
-    source: Base64Source
-
-
-@with_config(_OPEN)
-class ToolUseBlock(TypedDict):
-    type: Literal["tool_use"]
-    id: str
-    name: str
-    input: dict[str, Any]
-    signature: NotRequired[str]
-
-
-@with_config(_OPEN)
-class ToolResultTextPart(TypedDict):
-    type: Literal["text"]
-    text: str
-
-
-@with_config(_OPEN)
-class ToolResultImagePart(TypedDict):
-    type: Literal["image"]
-    source: Base64Source | UrlSource
-
-
-@with_config(_OPEN)
-class ToolResultFilePart(TypedDict):
-    type: Literal["file"]
-    filename: str
-    source: Base64Source | UrlSource
-
-
-ToolResultPart: TypeAlias = ToolResultTextPart | ToolResultImagePart | ToolResultFilePart
-
-
-@with_config(_OPEN)
-class ToolResultBlock(TypedDict):
-    type: Literal["tool_result"]
-    tool_use_id: str
-    content: str | list[ToolResultPart]
-    is_error: NotRequired[bool]
-
-
-@with_config(_OPEN)
-class ReasoningBlock(TypedDict):
-    type: Literal["reasoning"]
-    text: str
-    signature: NotRequired[str]
-    redactedData: NotRequired[str]
-    provenance: NotRequired[str]
-
+# Messages: the TypedDicts of oma_bridge.messages themselves, plus the one shape
+# the wire adds: a block of a type the daemon does not know.
 
 KNOWN_BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "reasoning")
 
@@ -163,6 +95,8 @@ ContentBlock: TypeAlias = (
 
 @with_config(_OPEN)
 class LLMMessage(TypedDict):
+    """:class:`oma_bridge.messages.LLMMessage` as the wire carries it: unknown blocks too."""
+
     role: Literal["user", "assistant"]
     content: list[ContentBlock]
 

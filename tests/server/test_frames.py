@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from websockets.frames import CloseCode
 
 from oma_bridge.errors import WireError
 from oma_bridge.server import MethodRegistry, Session, parse_params
+from oma_bridge.server.methods import MethodHandler
 from oma_bridge.wire.params import WireParams
 
 from .helpers import INIT_PARAMS, call, initialize, make_config, running_daemon, unix_session
@@ -37,6 +39,16 @@ METHODS = [
     "daemon/status",
     "no/such/method",
 ]
+
+
+def registered(methods: MethodRegistry, name: str) -> Callable[[MethodHandler], MethodHandler]:
+    """Decorator: ``methods.add(name, handler)``."""
+
+    def register(handler: MethodHandler) -> MethodHandler:
+        methods.add(name, handler)
+        return handler
+
+    return register
 
 
 async def test_every_method_is_refused_before_initialize(short_dir: Path) -> None:
@@ -138,7 +150,7 @@ async def test_oversize_frame_closes_only_that_connection(short_dir: Path) -> No
     config = make_config(short_dir, "max_message_bytes = 4096")
     methods = MethodRegistry()
 
-    @methods.method("test/big")
+    @registered(methods, "test/big")
     async def big_result(session: Session, params: Any) -> dict[str, str]:
         return {"text": "y" * 10_000}
 
@@ -178,21 +190,21 @@ class _EchoParams(WireParams):
 def _plugged_methods() -> MethodRegistry:
     methods = MethodRegistry()
 
-    @methods.method("test/echo")
+    @registered(methods, "test/echo")
     async def echo(session: Session, params: Any) -> dict[str, Any]:
         parsed = parse_params(_EchoParams, params)
         await session.notify("test/event", {"text": parsed.text, "client": session.id})
         return {"text": parsed.text}
 
-    @methods.method("test/fail")
+    @registered(methods, "test/fail")
     async def fail(session: Session, params: Any) -> None:
         raise RuntimeError("a bug with secret=hunter2 in it")
 
-    @methods.method("test/refuse")
+    @registered(methods, "test/refuse")
     async def refuse(session: Session, params: Any) -> None:
         raise WireError(-32012, "Forbidden: no", {"name": "Forbidden"})
 
-    @methods.method("test/ask")
+    @registered(methods, "test/ask")
     async def ask(session: Session, params: Any) -> Any:
         with anyio.fail_after(5):
             return await session.request("test/question", {"q": 1})
@@ -231,7 +243,7 @@ async def test_requests_in_flight_are_cancelled_when_the_client_leaves(short_dir
     closed = anyio.Event()
     methods = MethodRegistry()
 
-    @methods.method("test/wait")
+    @registered(methods, "test/wait")
     async def wait(session: Session, params: Any) -> None:
         session.on_close(lambda _: closed.set())
         try:
@@ -259,7 +271,7 @@ async def test_a_client_that_stops_reading_is_dropped(
     dropped = anyio.Event()
     methods = MethodRegistry()
 
-    @methods.method("test/flood")
+    @registered(methods, "test/flood")
     async def flood(session: Session, params: Any) -> None:
         try:
             while True:

@@ -30,7 +30,6 @@ from typing import Any
 import anyio
 import anyio.abc
 import psutil
-from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from oma_bridge._version import __version__
 from oma_bridge.agent import (
@@ -49,17 +48,21 @@ from oma_bridge.paths import default_state_dir
 from oma_bridge.results import AgentRunResult
 from oma_bridge.rpc import ConnectionClosedError
 from oma_bridge.server.config import ServerConfig
-from oma_bridge.server.methods import (
-    INVALID_MESSAGE,
-    OVERLOADED,
-    MethodRegistry,
-    forbidden,
-    not_found,
-    parse_params,
-)
+from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.profiles import Profile, agent_profile_info, profile_agent_config
 from oma_bridge.server.session import Session
-from oma_bridge.wire.params import NoParams, WireParams
+from oma_bridge.wire.codes import OVERLOADED, forbidden, invalid_message, not_found
+from oma_bridge.wire.params import (
+    AgentIdParams,
+    AgentOverrides,
+    HookFlags,
+    NoParams,
+    OpenParams,
+    RunAgentParams,
+    RunIdParams,
+    RunParams,
+    parse_params,
+)
 
 __all__ = ["AgentService"]
 
@@ -79,51 +82,6 @@ RUN_ID_VARIABLE = "OMA_BRIDGE_RUN_ID"
 # Params
 
 
-class HookFlags(WireParams):
-    beforeRun: StrictBool = False
-    afterRun: StrictBool = False
-
-
-class AgentOverrides(WireParams):
-    name: StrictStr | None = Field(default=None, min_length=1)
-    systemPrompt: StrictStr | None = None
-    history: list[Any] | None = None
-    maxTurns: StrictInt | None = Field(default=None, ge=1)
-    maxTokenBudget: StrictInt | None = Field(default=None, ge=0)
-    timeoutMs: StrictInt | None = Field(default=None, gt=0)
-    hooks: HookFlags | None = None
-
-
-class OpenParams(WireParams):
-    profile: StrictStr
-    config: AgentOverrides | None = None
-
-
-class RunAgentConfig(AgentOverrides):
-    profile: StrictStr
-
-
-class RunParams(WireParams):
-    agentId: StrictStr
-    input: StrictStr | list[Any]
-    runId: StrictStr | None = Field(default=None, min_length=1)
-
-
-class RunAgentParams(WireParams):
-    config: RunAgentConfig
-    input: StrictStr | list[Any]
-    runId: StrictStr | None = Field(default=None, min_length=1)
-    metadata: dict[str, Any] | None = None
-
-
-class AgentIdParams(WireParams):
-    agentId: StrictStr
-
-
-class RunIdParams(WireParams):
-    runId: StrictStr
-
-
 def _check_forbidden(params: Any, *path: str) -> None:
     """-32012 for the keys that choose what runs, before the shape check (§11.8)."""
     node = params
@@ -133,10 +91,6 @@ def _check_forbidden(params: Any, *path: str) -> None:
         chosen = sorted(FORBIDDEN_OVERRIDES.intersection(node))
         if chosen:
             raise forbidden(f"a client cannot set {', '.join(chosen)}: they come from the profile")
-
-
-def _invalid_message(error: InvalidMessageError) -> WireError:
-    return WireError(INVALID_MESSAGE, error.message, error.to_wire())
 
 
 # ---------------------------------------------------------------------------
@@ -391,7 +345,7 @@ class AgentService:
             )
             config = config.model_copy(update=self._hooks(target, flags))
         except InvalidMessageError as error:
-            raise _invalid_message(error) from None
+            raise invalid_message(error) from None
         hosted = HostedAgent(
             agent_id=agent_id,
             profile_name=request.profile,
@@ -476,7 +430,7 @@ class AgentService:
             else:
                 messages = agent.prepare_run_input(request.input)
         except InvalidMessageError as error:
-            raise _invalid_message(error) from None
+            raise invalid_message(error) from None
         run = self._new_run(request.runId, hosted.agent_id, method, session)
         run_id = run.run_id
         permission = self._permission_handler(session, hosted.agent_id)
@@ -551,7 +505,7 @@ class AgentService:
                 {RUN_ID_VARIABLE: run_id},
             )
         except InvalidMessageError as error:
-            raise _invalid_message(error) from None
+            raise invalid_message(error) from None
         if flags.beforeRun or flags.afterRun:
             # A one-off agent's hooks go to the connection that started it.
             one_off = HookTarget("", overrides.profile, profile, session)
@@ -559,7 +513,7 @@ class AgentService:
         try:
             prepare_run_input(request.input, config)  # -32010 before anything is queued
         except InvalidMessageError as error:
-            raise _invalid_message(error) from None
+            raise invalid_message(error) from None
         run = self._new_run(run_id, None, "oma/runAgent", session)
 
         async def progress(event: dict[str, Any]) -> None:
