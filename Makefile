@@ -18,6 +18,7 @@ test: $(STAMP)
 	$(BIN)/ruff check oma_bridge tests bench
 	$(BIN)/ruff format --check oma_bridge tests bench
 	$(BIN)/mypy --strict oma_bridge
+	$(BIN)/lint-imports --no-logo --no-cache
 	$(BIN)/pytest
 
 serve: $(STAMP)
