@@ -183,7 +183,8 @@ async def read_backend(provider: str, base_url: str) -> tuple[float, int, float]
             if not first:
                 first = time.perf_counter() - started
 
-    backend = create_llm_backend(_config(provider, base_url))
+    config = _config(provider, base_url)
+    backend = create_llm_backend(config.backend, agent_name=config.name)  # type: ignore[arg-type]
     try:
         await backend.run(RunContext("r", "bench", [text_message("go")], None, emit))
     finally:

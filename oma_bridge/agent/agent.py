@@ -6,14 +6,13 @@ import asyncio
 import contextvars
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from oma_bridge.agent.config import AfterRunHook, AgentConfig, BeforeRunHook
 from oma_bridge.agent.hooks import (
     apply_after_run,
     apply_before_run,
@@ -22,13 +21,14 @@ from oma_bridge.agent.hooks import (
 )
 from oma_bridge.backends import (
     Backend,
-    BackendConfig,
     BackendKind,
     BackendOutcome,
     Emit,
     PermissionHandler,
     RunContext,
+    text_only,
 )
+from oma_bridge.backends.llm.config import LlmConfig
 from oma_bridge.errors import (
     BackendError,
     CallbackError,
@@ -58,7 +58,6 @@ from oma_bridge.results import (
     StreamEvent,
     TokenUsage,
 )
-from oma_bridge.tools import ToolDefinition
 
 __all__ = [
     "AfterRunHook",
@@ -79,54 +78,6 @@ logger = logging.getLogger(__name__)
 current_run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "oma_bridge_current_run_id", default=None
 )
-
-#: ``before_run(ctx) -> ctx`` where ctx is ``{"prompt", "messages", "agent"}``.
-BeforeRunHook: TypeAlias = Callable[[dict[str, Any]], Any | Awaitable[Any]]
-#: ``after_run(result) -> result`` with an ``AgentRunResult``.
-AfterRunHook: TypeAlias = Callable[[Any], Any | Awaitable[Any]]
-
-
-class AgentConfig(BaseModel):
-    """The configuration of one agent; frozen once built.
-
-    ``backend`` is ``None`` for an LLM-backed agent, else the config of an
-    external backend (process or ACP).  An invalid ``history`` raises
-    :class:`~oma_bridge.errors.InvalidMessageError` at construction.
-    """
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
-
-    name: str = "agent"
-    description: str | None = None
-    model: str | None = None
-    provider: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    system_prompt: str | None = None
-    history: tuple[Any, ...] = ()
-    max_turns: int = Field(default=10, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_token_budget: int | None = Field(default=None, ge=0)
-    timeout_ms: int | None = Field(default=None, gt=0)
-    call_timeout_ms: int | None = Field(default=None, gt=0)
-    temperature: float | None = None
-    tools: tuple[ToolDefinition, ...] = ()
-    before_run: BeforeRunHook | None = None
-    after_run: AfterRunHook | None = None
-    backend: BackendConfig | None = None
-
-    @field_validator("history", mode="before")
-    @classmethod
-    def _guard_history(cls, value: Any) -> tuple[Any, ...]:
-        if value is None:
-            return ()
-        validate_messages(value)
-        return tuple(copy_messages(value))
-
-    def history_messages(self) -> list[LLMMessage]:
-        """An independent copy of the seeded history."""
-        return copy_messages(self.history)
-
 
 # ---------------------------------------------------------------------------
 # The agent
@@ -177,8 +128,8 @@ class Agent:
         *,
         permission_handler: PermissionHandler | None = None,
     ) -> None:
-        if config.backend is None and config.model is None and config.provider != "echo":
-            raise ValueError(f'Agent "{config.name}" needs a model (or a backend)')
+        if isinstance(config.backend, LlmConfig):
+            config.backend.check(config.name)
         self.config = config
         self.permission_handler = permission_handler
         self._history: list[LLMMessage] = config.history_messages()
@@ -197,12 +148,12 @@ class Agent:
 
     @property
     def kind(self) -> BackendKind:
-        return "llm" if self.config.backend is None else self.config.backend.kind
+        return self.config.backend.kind
 
     @property
-    def external(self) -> bool:
-        """Text-only backends (process, ACP) refuse structured input."""
-        return self.config.backend is not None and self.config.backend.external
+    def text_only(self) -> bool:
+        """Process and ACP agents carry text only: structured input is refused."""
+        return text_only(self.kind)
 
     @property
     def state(self) -> AgentState:
@@ -334,14 +285,7 @@ class Agent:
 
     def _get_backend(self) -> Backend:
         if self._backend is None:
-            if self.config.backend is not None:
-                self._backend = self.config.backend.create(self.config)
-            else:
-                from oma_bridge.backends.llm import (
-                    create_llm_backend,  # imported late: keeps httpx off start-up
-                )
-
-                self._backend = create_llm_backend(self.config)
+            self._backend = self.config.backend.create(agent_name=self.config.name)
         return self._backend
 
     async def execute(
@@ -492,8 +436,8 @@ class Agent:
 
 
 def _external_kind(config: AgentConfig) -> BackendKind | None:
-    backend = config.backend
-    return backend.kind if backend is not None and backend.external else None
+    kind = config.backend.kind
+    return kind if text_only(kind) else None
 
 
 def prepare_run_input(run_input: object, config: AgentConfig) -> list[LLMMessage]:

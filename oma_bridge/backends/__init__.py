@@ -26,14 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from oma_bridge.errors import OMAError
 from oma_bridge.messages import LLMMessage
 from oma_bridge.results import StreamEvent, TokenUsage, ToolCallRecord
-
-if TYPE_CHECKING:
-    from oma_bridge.agent import AgentConfig
 
 __all__ = [
     "Backend",
@@ -45,6 +42,7 @@ __all__ = [
     "PermissionOption",
     "PermissionRequest",
     "RunContext",
+    "text_only",
 ]
 
 BackendKind: TypeAlias = Literal["llm", "process", "acp"]
@@ -110,10 +108,6 @@ class Backend(Protocol):
     """A live backend, created lazily by its config and cached on the agent."""
 
     @property
-    def external(self) -> bool:
-        """Text-only transports refuse structured input (PROTOCOL.md §8)."""
-
-    @property
     def kind(self) -> BackendKind: ...
 
     async def run(self, ctx: RunContext) -> BackendOutcome: ...
@@ -124,16 +118,19 @@ class Backend(Protocol):
 
 @runtime_checkable
 class BackendConfig(Protocol):
-    """The ``backend`` field of an ``AgentConfig`` for external agents.
+    """The ``backend`` of an ``AgentConfig``: ``LlmConfig``, ``ProcessConfig`` or ``AcpConfig``.
 
-    A frozen pydantic model per kind (``ProcessConfig``, ``AcpConfig``); it
-    knows whether its kind is text-only and how to build the live backend.
+    A frozen pydantic model per kind that builds the live backend.  Every kind
+    but ``"llm"`` carries text only (``docs/protocol.md``, "The text-only
+    boundary"): :func:`text_only` is the one test of it.
     """
 
     @property
     def kind(self) -> BackendKind: ...
 
-    @property
-    def external(self) -> bool: ...
+    def create(self, *, agent_name: str) -> Backend: ...
 
-    def create(self, agent: AgentConfig) -> Backend: ...
+
+def text_only(kind: BackendKind) -> bool:
+    """Whether a kind's transport carries text only, so structured input is refused."""
+    return kind != "llm"

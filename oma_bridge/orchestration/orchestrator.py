@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 
 from oma_bridge.agent import Agent, AgentConfig
 from oma_bridge.backends import PermissionHandler
+from oma_bridge.backends.llm.config import LlmConfig
 from oma_bridge.callbacks import invoke
 from oma_bridge.errors import CallbackError, CostBudgetExceededError
 from oma_bridge.messages import AgentRunInput, copy_messages
@@ -218,14 +219,17 @@ class OpenMultiAgent:
         self._live: dict[str, Agent] = {}
 
     def _effective_config(self, config: AgentConfig) -> AgentConfig:
-        if config.backend is not None:
+        backend = config.backend
+        if not isinstance(backend, LlmConfig):
             return config
         update: dict[str, Any] = {}
-        if config.model is None and self.default_model is not None:
+        if backend.model is None and self.default_model is not None:
             update["model"] = self.default_model
-        if config.provider is None and self.default_provider is not None:
+        if backend.provider is None and self.default_provider is not None:
             update["provider"] = self.default_provider
-        return config.model_copy(update=update) if update else config
+        if not update:
+            return config
+        return config.model_copy(update={"backend": backend.model_copy(update=update)})
 
     async def run_agent(
         self,
@@ -298,10 +302,12 @@ class OpenMultiAgent:
     ) -> None:
         if self.estimate_cost is None:
             return
+        backend = agent.config.backend
+        llm = backend if isinstance(backend, LlmConfig) else None
         info = {
             "agentName": agent.name,
-            "model": agent.config.model,
-            "provider": agent.config.provider,
+            "model": llm.model if llm is not None else getattr(backend, "model", None),
+            "provider": llm.provider if llm is not None else None,
             "phase": "agent",
             "taskId": None,
         }

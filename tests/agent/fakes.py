@@ -2,7 +2,7 @@
 
 It records what it was given and answers with the text of the last user
 message, word by word; knobs make it slow, fail, overrun a budget or end as
-cancelled.  With ``external=True`` it stands in for a text-only backend, so
+cancelled.  With ``kind`` ``"process"`` or ``"acp"`` it stands in for a text-only backend, so
 the boundary rules of the agent layer can be tested without processes.
 """
 
@@ -32,7 +32,6 @@ class Journal:
 @dataclass(frozen=True, eq=False)
 class ScriptedConfig:
     kind: BackendKind = "llm"
-    external: bool = False
     journal: Journal = field(default_factory=Journal)
     delay_s: float = 0.0
     fail: str | None = None
@@ -42,7 +41,7 @@ class ScriptedConfig:
     #: Emit one tool_use / tool_result pair per word, as an LLM tool loop would.
     tool_events: bool = False
 
-    def create(self, agent: Any) -> Backend:
+    def create(self, *, agent_name: str) -> Backend:
         self.journal.created += 1
         return ScriptedBackend(self)
 
@@ -51,7 +50,6 @@ class ScriptedBackend:
     def __init__(self, config: ScriptedConfig) -> None:
         self.config = config
         self.kind = config.kind
-        self.external = config.external
 
     async def run(self, ctx: RunContext) -> BackendOutcome:
         journal = self.config.journal

@@ -36,7 +36,7 @@ def external(kind: str = "process", **config: Any) -> tuple[Agent, Journal, list
         AgentConfig(
             name="ext",
             before_run=spy,
-            backend=ScriptedConfig(journal=journal, kind=kind, external=True),
+            backend=ScriptedConfig(journal=journal, kind=kind),
             **config,
         )  # type: ignore[arg-type]
     )

@@ -40,9 +40,7 @@ async def test_rejected_external_input_emits_nothing_and_samples_nothing() -> No
     evaluation = EvaluationConfig(scorers=[lambda e: {"score": 1, "pass": True}])
     oma = OpenMultiAgent(on_progress=progress.append, on_trace=traces.append, evaluation=evaluation)
     journal = Journal()
-    config = AgentConfig(
-        name="proc", backend=ScriptedConfig(journal=journal, kind="process", external=True)
-    )
+    config = AgentConfig(name="proc", backend=ScriptedConfig(journal=journal, kind="process"))
     with pytest.raises(InvalidMessageError, match="accepts string prompts only"):
         await oma.run_agent(config, messages())
     with pytest.raises(InvalidMessageError, match=r"messages\[0\] must be an object"):

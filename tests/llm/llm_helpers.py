@@ -28,7 +28,12 @@ def image(media_type: str = "image/png", data: str = PNG_B64) -> dict[str, Any]:
 def backend_for(provider: str, base_url: str | None, **config: Any) -> LLMBackend:
     config.setdefault("api_key_env", "OMA_TEST_KEY")
     cfg = AgentConfig(name="tester", provider=provider, model="m", base_url=base_url, **config)
-    return create_llm_backend(cfg, retry=FAST_RETRY)
+    return llm_backend_of(cfg, retry=FAST_RETRY)
+
+
+def llm_backend_of(config: AgentConfig, **options: Any) -> LLMBackend:
+    """The LLM backend an agent of ``config`` runs on."""
+    return create_llm_backend(config.backend, agent_name=config.name, **options)  # type: ignore[arg-type]
 
 
 async def run_backend(

@@ -7,11 +7,11 @@ import pytest
 from fake_llm_provider import FakeProvider
 from hypothesis import given
 from hypothesis import strategies as st
-from llm_helpers import image, run_backend, texts, user
+from llm_helpers import image, llm_backend_of, run_backend, texts, user
 
 from oma_bridge import Agent
 from oma_bridge.agent import AgentConfig
-from oma_bridge.backends.llm import ChatRequest, EchoAdapter, create_llm_backend
+from oma_bridge.backends.llm import ChatRequest, EchoAdapter
 from oma_bridge.backends.llm.sse import SSEDecoder, SSEEvent, malformed_event
 from oma_bridge.errors import InvalidMessageError, ProviderError
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 
 
 def echo_backend():  # type: ignore[no-untyped-def]
-    return create_llm_backend(AgentConfig(name="e", provider="echo", model="echo-1"))
+    return llm_backend_of(AgentConfig(name="e", provider="echo", model="echo-1"))
 
 
 async def test_echo_renders_the_last_user_message_as_the_protocol_example() -> None:

@@ -18,7 +18,7 @@ from fake_llm_provider import (
     sse_reply,
     stall_reply,
 )
-from llm_helpers import backend_for, image, run_backend, user
+from llm_helpers import backend_for, image, llm_backend_of, run_backend, user
 
 from oma_bridge import Agent
 from oma_bridge.agent import AgentConfig
@@ -237,10 +237,9 @@ async def test_connection_refused_is_retried_then_fails(api_key: str) -> None:
 async def test_bad_config_fails_the_run_naming_the_field(
     config: dict[str, object], needle: str
 ) -> None:
-    from oma_bridge.backends.llm import create_llm_backend
 
     with pytest.raises(ProviderError, match=needle):
-        create_llm_backend(AgentConfig(name="cfg", **config))  # type: ignore[arg-type]
+        llm_backend_of(AgentConfig(name="cfg", **config))  # type: ignore[arg-type]
 
 
 async def test_llm_call_timeout_is_an_error_class(

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 from fake_llm_provider import FakeProvider, ToolCall, Turn, encode_sse, sse_event, sse_reply
-from llm_helpers import PNG_B64, backend_for, image, run_backend, texts, user
+from llm_helpers import PNG_B64, backend_for, image, llm_backend_of, run_backend, texts, user
 
+from oma_bridge.backends import text_only
 from oma_bridge.backends.llm import ChatRequest
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.tools import ToolDefinition
@@ -195,21 +196,20 @@ def test_factory_defaults() -> None:
         AnthropicAdapter,
         EchoAdapter,
         OpenAIAdapter,
-        create_llm_backend,
     )
 
-    default = create_llm_backend(AgentConfig(name="d", model="claude"))
+    default = llm_backend_of(AgentConfig(name="d", model="claude"))
     assert isinstance(default.adapter, AnthropicAdapter)  # provider unset: anthropic, as in OMA
     assert default.adapter.url == "https://api.anthropic.com/v1/messages"
     assert default.adapter.http.key.env_var == "ANTHROPIC_API_KEY"
-    openai = create_llm_backend(AgentConfig(name="o", provider="openai", model="gpt"))
+    openai = llm_backend_of(AgentConfig(name="o", provider="openai", model="gpt"))
     assert isinstance(openai.adapter, OpenAIAdapter)
     assert openai.adapter.url == "https://api.openai.com/v1/chat/completions"
     assert (openai.adapter.http.key.env_var, openai.adapter.http.key.required) == (
         "OPENAI_API_KEY",
         True,
     )
-    ollama = create_llm_backend(
+    ollama = llm_backend_of(
         AgentConfig(
             name="l", provider="openai", model="llama3", base_url="http://localhost:11434/v1/"
         )
@@ -217,7 +217,5 @@ def test_factory_defaults() -> None:
     assert isinstance(ollama.adapter, OpenAIAdapter)
     assert ollama.adapter.url == "http://localhost:11434/v1/chat/completions"
     assert ollama.adapter.http.key.required is False
-    assert isinstance(
-        create_llm_backend(AgentConfig(name="e", provider="echo")).adapter, EchoAdapter
-    )
-    assert (openai.external, openai.kind) == (False, "llm")
+    assert isinstance(llm_backend_of(AgentConfig(name="e", provider="echo")).adapter, EchoAdapter)
+    assert (text_only(openai.kind), openai.kind) == (False, "llm")

@@ -58,7 +58,7 @@ async def run_backend(
         system_prompt=system_prompt,
         emit=emit or Recorder(),
     )
-    return await config.create(None).run(context)  # type: ignore[arg-type]
+    return await config.create(agent_name=name).run(context)
 
 
 def tree_pids(text: str) -> dict[str, int]:

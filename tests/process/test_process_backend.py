@@ -11,6 +11,7 @@ import anyio
 import psutil
 import pytest
 
+from oma_bridge.backends import text_only
 from oma_bridge.backends.process import ProcessConfig, build_prompt
 from oma_bridge.errors import BackendError, RunTimeoutError
 from oma_bridge.supervision.supervisor import TAG_VARIABLE, default_supervisor
@@ -394,7 +395,7 @@ def test_process_config_is_a_frozen_strict_backend_config() -> None:
 
     config = ProcessConfig(command="wc", args=["-w"])  # type: ignore[arg-type]
     assert isinstance(config, BackendConfig)
-    assert (config.kind, config.external, config.args) == ("process", True, ("-w",))
+    assert (config.kind, text_only(config.kind), config.args) == ("process", True, ("-w",))
     assert (config.input, config.max_output_bytes, config.stderr_tail_bytes) == (
         "stdin",
         64 * 1024 * 1024,

@@ -165,6 +165,7 @@ def test_invalid_toml_and_unreadable_file(tmp_path: Path) -> None:
 
 def test_profiles_become_agent_configs(tmp_path: Path) -> None:
     from oma_bridge.backends.acp.config import AcpConfig
+    from oma_bridge.backends.llm.config import LlmConfig
     from oma_bridge.backends.process.config import ProcessConfig
     from oma_bridge.server.profiles import profile_agent_config
 
@@ -179,13 +180,14 @@ def test_profiles_become_agent_configs(tmp_path: Path) -> None:
         base_dir=tmp_path,
     )
     echo = profile_agent_config("echo", config.agents["echo"], config.server)
-    assert (echo.name, echo.provider, echo.model, echo.timeout_ms) == (
+    assert isinstance(echo.backend, LlmConfig)
+    assert (echo.name, echo.backend.provider, echo.backend.model, echo.timeout_ms) == (
         "echo",
         "echo",
         "echo-1",
         1500,
     )
-    assert echo.system_prompt == "be brief" and echo.backend is None
+    assert echo.system_prompt == "be brief" and echo.kind == "llm"
     wc = profile_agent_config("wc", config.agents["wc"], config.server)
     assert isinstance(wc.backend, ProcessConfig)
     assert (wc.backend.command, wc.backend.args, wc.backend.input) == ("wc", ("-w",), "argument")

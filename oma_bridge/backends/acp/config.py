@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from oma_bridge.agent import AgentConfig
     from oma_bridge.backends.acp.backend import AcpBackend
 
 __all__ = ["AcpConfig"]
@@ -54,14 +53,10 @@ class AcpConfig(BaseModel):
     #: Ceiling of one stdout line (one JSON-RPC message).
     max_line_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
 
-    @property
-    def external(self) -> bool:
-        return True
-
-    def create(self, agent: AgentConfig) -> AcpBackend:
+    def create(self, *, agent_name: str) -> AcpBackend:
         from oma_bridge.backends.acp.backend import AcpBackend
 
-        return AcpBackend(self, agent_name=agent.name)
+        return AcpBackend(self, agent_name=agent_name)
 
     def resolved_cwd(self) -> Path:
         """The absolute, symlink-free working directory (ACP wants absolute paths)."""

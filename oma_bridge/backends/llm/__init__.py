@@ -1,7 +1,7 @@
 """LLM-backed agents: providers, the model/tool loop, and the factory.
 
-:func:`create_llm_backend` turns an :class:`~oma_bridge.agent.AgentConfig`
-into an :class:`LLMBackend` over the adapter its ``provider`` names:
+:func:`create_llm_backend` turns an :class:`LlmConfig` into an
+:class:`LLMBackend` over the adapter its ``provider`` names:
 
 * ``"anthropic"`` (also when ``provider`` is unset, as in OMA): the Messages
   API; the key comes from ``api_key_env`` (default ``ANTHROPIC_API_KEY``).
@@ -9,7 +9,8 @@ into an :class:`LLMBackend` over the adapter its ``provider`` names:
   comes from ``api_key_env`` (default ``OPENAI_API_KEY``).  With a custom
   ``base_url`` and no ``api_key_env``, the key is optional: local servers
   (Ollama, vLLM, llama.cpp) take requests without ``Authorization``.
-* ``"echo"``: offline and deterministic (PROTOCOL.md §10); no key, no model.
+* ``"echo"``: offline and deterministic (``docs/protocol.md``, "The echo
+  provider"); no key, no model.
 
 Configuration mistakes known before any call (an unknown provider, a missing
 ``model``) raise :class:`~oma_bridge.errors.ProviderError` from the factory,
@@ -20,29 +21,33 @@ variable, never a value) and setting the variable later heals the agent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from oma_bridge.backends.llm.anthropic import AnthropicAdapter
-from oma_bridge.backends.llm.backend import LLMBackend
-from oma_bridge.backends.llm.echo import EchoAdapter
-from oma_bridge.backends.llm.http import ApiKey, ProviderHTTP, RetryPolicy
-from oma_bridge.backends.llm.openai import OpenAIAdapter
-from oma_bridge.backends.llm.types import (
-    ChatRequest,
-    ChatResponse,
-    LLMAdapter,
-    ReasoningDelta,
-    StreamDelta,
-    TextDelta,
-    ToolSpec,
-    ToolUseDelta,
-    TurnEnd,
-)
-from oma_bridge.errors import ProviderError
-from oma_bridge.provider_keys import DEFAULT_KEY_ENV
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from oma_bridge.agent import AgentConfig
+    from oma_bridge.backends.llm.anthropic import AnthropicAdapter
+    from oma_bridge.backends.llm.backend import LLMBackend
+    from oma_bridge.backends.llm.config import LlmConfig
+    from oma_bridge.backends.llm.echo import EchoAdapter
+    from oma_bridge.backends.llm.factory import (
+        DEFAULT_CALL_TIMEOUT_MS,
+        PROVIDERS,
+        create_adapter,
+        create_llm_backend,
+    )
+    from oma_bridge.backends.llm.http import ApiKey, ProviderHTTP, RetryPolicy
+    from oma_bridge.backends.llm.openai import OpenAIAdapter
+    from oma_bridge.backends.llm.types import (
+        ChatRequest,
+        ChatResponse,
+        LLMAdapter,
+        ReasoningDelta,
+        StreamDelta,
+        TextDelta,
+        ToolSpec,
+        ToolUseDelta,
+        TurnEnd,
+    )
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_MS",
@@ -54,6 +59,7 @@ __all__ = [
     "EchoAdapter",
     "LLMAdapter",
     "LLMBackend",
+    "LlmConfig",
     "OpenAIAdapter",
     "ProviderHTTP",
     "ReasoningDelta",
@@ -67,54 +73,37 @@ __all__ = [
     "create_llm_backend",
 ]
 
-PROVIDERS = ("anthropic", "openai", "echo")
-#: Per-call timeout (and longest stall of a stream) when ``call_timeout_ms`` is unset.
-DEFAULT_CALL_TIMEOUT_MS = 120_000
-
-_LABELS = {"anthropic": "Anthropic", "openai": "OpenAI-compatible"}
-
-
-def create_adapter(config: AgentConfig, *, retry: RetryPolicy | None = None) -> LLMAdapter:
-    """The provider adapter ``config`` names; raises :class:`ProviderError` on a bad config."""
-    provider = config.provider or "anthropic"
-    if provider == "echo":
-        return EchoAdapter()
-    if provider not in _LABELS:
-        raise ProviderError(
-            f'Agent "{config.name}": unknown provider {provider!r} '
-            f"(provider must be one of {', '.join(PROVIDERS)})"
-        )
-    if not config.model:
-        raise ProviderError(
-            f'Agent "{config.name}": provider {provider!r} needs a model (model is not set)',
-            provider=provider,
-        )
-    key = ApiKey(
-        env_var=config.api_key_env or DEFAULT_KEY_ENV[provider],
-        agent_name=config.name,
-        required=provider == "anthropic" or bool(config.api_key_env) or not config.base_url,
-    )
-    http = ProviderHTTP(
-        provider,
-        label=_LABELS[provider],
-        key=key,
-        call_timeout_s=(config.call_timeout_ms or DEFAULT_CALL_TIMEOUT_MS) / 1000,
-        retry=retry or RetryPolicy(),
-    )
-    if provider == "anthropic":
-        return AnthropicAdapter(http, config.base_url)
-    return OpenAIAdapter(http, config.base_url)
+# Names resolve on first use: an agent's config can be built, and the package
+# imported, without httpx and the provider adapters (PEP 562).
+_HOMES = {
+    "AnthropicAdapter": "oma_bridge.backends.llm.anthropic",
+    "ApiKey": "oma_bridge.backends.llm.http",
+    "ChatRequest": "oma_bridge.backends.llm.types",
+    "ChatResponse": "oma_bridge.backends.llm.types",
+    "DEFAULT_CALL_TIMEOUT_MS": "oma_bridge.backends.llm.factory",
+    "EchoAdapter": "oma_bridge.backends.llm.echo",
+    "LLMAdapter": "oma_bridge.backends.llm.types",
+    "LLMBackend": "oma_bridge.backends.llm.backend",
+    "LlmConfig": "oma_bridge.backends.llm.config",
+    "OpenAIAdapter": "oma_bridge.backends.llm.openai",
+    "PROVIDERS": "oma_bridge.backends.llm.factory",
+    "ProviderHTTP": "oma_bridge.backends.llm.http",
+    "ReasoningDelta": "oma_bridge.backends.llm.types",
+    "RetryPolicy": "oma_bridge.backends.llm.http",
+    "StreamDelta": "oma_bridge.backends.llm.types",
+    "TextDelta": "oma_bridge.backends.llm.types",
+    "ToolSpec": "oma_bridge.backends.llm.types",
+    "ToolUseDelta": "oma_bridge.backends.llm.types",
+    "TurnEnd": "oma_bridge.backends.llm.types",
+    "create_adapter": "oma_bridge.backends.llm.factory",
+    "create_llm_backend": "oma_bridge.backends.llm.factory",
+}
 
 
-def create_llm_backend(config: AgentConfig, *, retry: RetryPolicy | None = None) -> LLMBackend:
-    """The backend of an LLM agent (``config.backend is None``).
-
-    ``retry`` overrides the default :class:`RetryPolicy` (tests use short delays).
-    """
-    return LLMBackend(
-        create_adapter(config, retry=retry),
-        model=config.model or "echo-1",
-        tools=config.tools,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-    )
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

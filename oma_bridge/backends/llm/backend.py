@@ -37,7 +37,6 @@ __all__ = ["LLMBackend"]
 class LLMBackend:
     """A :class:`~oma_bridge.backends.Backend` for LLM agents; one per agent, reused."""
 
-    external = False
     kind: Literal["llm"] = "llm"
 
     def __init__(

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from oma_bridge.agent import AgentConfig
     from oma_bridge.backends.process.backend import ProcessBackend
 
 __all__ = ["ProcessConfig", "ProcessInput"]
@@ -42,12 +41,7 @@ class ProcessConfig(BaseModel):
     #: Between SIGTERM and SIGKILL when a run is cancelled.
     stop_grace_s: float = Field(default=5.0, ge=0)
 
-    @property
-    def external(self) -> bool:
-        """Text only: structured input is refused before any spawn."""
-        return True
-
-    def create(self, agent: AgentConfig) -> ProcessBackend:
+    def create(self, *, agent_name: str) -> ProcessBackend:
         from oma_bridge.backends.process.backend import ProcessBackend
 
         return ProcessBackend(self)

@@ -40,7 +40,7 @@ from oma_bridge.agent import (
     prepare_run_input,
     stopped_result,
 )
-from oma_bridge.backends import PermissionHandler, PermissionRequest
+from oma_bridge.backends import PermissionHandler, PermissionRequest, text_only
 from oma_bridge.errors import CallbackError, InvalidMessageError, RunCancelledError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -205,8 +205,8 @@ class AgentService:
                 b for b in (base.max_token_budget, overrides.maxTokenBudget) if b is not None
             ]
             update["max_token_budget"] = min(ceilings)
-        if base.backend is not None:
-            backend: Any = base.backend
+        backend: Any = base.backend
+        if text_only(backend.kind):
             update["backend"] = backend.model_copy(update={"env": {**backend.env, **labels}})
         if overrides.history is not None:
             # AgentConfig guards it: an invalid history raises InvalidMessageError (-32010).

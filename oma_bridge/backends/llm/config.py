@@ -1,0 +1,55 @@
+"""``LlmConfig``: the ``backend`` of an agent that calls a model provider."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from oma_bridge.tools import ToolDefinition
+
+if TYPE_CHECKING:
+    from oma_bridge.backends.llm.backend import LLMBackend
+    from oma_bridge.backends.llm.http import RetryPolicy
+
+__all__ = ["LLM_KEYS", "LlmConfig"]
+
+
+class LlmConfig(BaseModel):
+    """Which provider and model an LLM agent calls, and how.
+
+    ``provider`` unset means Anthropic, as in open-multi-agent; ``"echo"`` is
+    the offline provider of ``docs/protocol.md`` ("The echo provider") and
+    needs no model.  Nothing here is read until the first run, so a config
+    can be built without network, key or httpx.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    kind: Literal["llm"] = "llm"
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = None
+    #: Per-call timeout (and longest stall of a stream), in milliseconds.
+    call_timeout_ms: int | None = Field(default=None, gt=0)
+    tools: tuple[ToolDefinition, ...] = ()
+
+    def create(self, *, agent_name: str, retry: RetryPolicy | None = None) -> LLMBackend:
+        """The live backend; raises ``ProviderError`` for a provider or model it cannot use."""
+        # Imported here so that building configs never pulls httpx in.
+        from oma_bridge.backends.llm.factory import create_llm_backend
+
+        return create_llm_backend(self, agent_name=agent_name, retry=retry)
+
+    def check(self, agent_name: str) -> None:
+        """``ValueError`` for a config that could never run: no model, provider not echo."""
+        if self.model is None and self.provider != "echo":
+            raise ValueError(f'Agent "{agent_name}" needs a model (or a backend)')
+
+
+#: The keys of :class:`LlmConfig` that ``AgentConfig`` also takes at its top
+#: level (``AgentConfig(provider="echo", model="echo-1")``).
+LLM_KEYS: frozenset[str] = frozenset(LlmConfig.model_fields) - {"kind"}
