@@ -8,17 +8,14 @@ from oma_bridge.rpc.core import (
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     REQUEST_CANCELLED,
-    ConnectionClosedError,
     Event,
     Message,
-    Peer,
-    PendingCall,
     RequestId,
     RpcCore,
     encode,
     id_key,
-    unwrap_single_error,
 )
+from oma_bridge.rpc.peer import ConnectionClosedError, Peer, PendingCall, unwrap_single_error
 
 __all__ = [
     "CANCEL_METHOD",
