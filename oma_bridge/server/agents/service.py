@@ -41,6 +41,7 @@ from oma_bridge.agent import (
     stopped_result,
 )
 from oma_bridge.backends import PermissionHandler, PermissionRequest, text_only
+from oma_bridge.backends.permissions import choose_option, option_from_answer
 from oma_bridge.errors import CallbackError, InvalidMessageError, RunCancelledError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -141,11 +142,6 @@ class LiveRun:
     started_at: float | None = None
     cancel: Callable[[], bool] | None = None
     cancel_requested: bool = False
-
-
-def _least_privilege_reject(request: PermissionRequest) -> str | None:
-    by_kind = {option.kind: option.option_id for option in request.options}
-    return by_kind.get("reject_once") or by_kind.get("reject_always")
 
 
 class AgentService:
@@ -296,10 +292,10 @@ class AgentService:
                 with anyio.fail_after(timeout):
                     answer = await session.request("permission/request", params)
             except TimeoutError:
-                return _least_privilege_reject(request)
+                return choose_option(request.options, "reject")
             except (WireError, ConnectionClosedError):
-                return _least_privilege_reject(request)
-            return _chosen_option(answer, request)
+                return choose_option(request.options, "reject")
+            return option_from_answer(answer, request.options)
 
         return ask
 
@@ -685,18 +681,3 @@ def _orchestrator(config: ServerConfig, state_dir: Path | None) -> OpenMultiAgen
         store_payloads=section.store_payloads,
     )
     return OpenMultiAgent(evaluation=evaluation)
-
-
-def _chosen_option(answer: Any, request: PermissionRequest) -> str | None:
-    """The client's answer to a permission request; anything malformed is a reject."""
-    outcome = answer.get("outcome") if isinstance(answer, Mapping) else None
-    if isinstance(outcome, Mapping):
-        if outcome.get("outcome") == "cancelled":
-            return None
-        chosen = outcome.get("optionId")
-        if outcome.get("outcome") == "selected" and any(
-            option.option_id == chosen for option in request.options
-        ):
-            return str(chosen)
-    logger.warning("a malformed permission answer was taken as a reject")
-    return _least_privilege_reject(request)
