@@ -90,6 +90,13 @@ class RunStatus:
         return wire
 
 
+_STATUS_BY_KIND: dict[ErrorKind, StatusCode] = {
+    "timeout": "timeout",
+    "budget": "budget_exhausted",
+    "cancelled": "cancelled",
+}
+
+
 @dataclass
 class ErrorInfo:
     kind: ErrorKind
@@ -165,6 +172,24 @@ class AgentRunResult:
         if self.identity is not None:
             wire["identity"] = self.identity.to_wire()
         return wire
+
+    @classmethod
+    def failed(
+        cls, run_id: str, error: BaseException, kind: ErrorKind, *, partial: str = ""
+    ) -> AgentRunResult:
+        """The one failed result: no messages, no usage, the message (or ``partial``) as output.
+
+        ``status.code`` follows ``kind`` (``timeout``, ``budget_exhausted``,
+        ``cancelled``, else ``error``), as open-multi-agent's exception path does.
+        """
+        message = str(error) or type(error).__name__
+        return cls(
+            run_id=run_id,
+            success=False,
+            output=partial or message,
+            status=RunStatus(_STATUS_BY_KIND.get(kind, "error"), message),
+            error_info=ErrorInfo.from_error(kind, error),
+        )
 
     @classmethod
     def from_wire(cls, wire: Any) -> AgentRunResult:

@@ -7,7 +7,6 @@ from oma_bridge.agent.agent import (
     RunStream,
     current_run_id,
     prepare_run_input,
-    stopped_result,
 )
 
 __all__ = [
@@ -17,5 +16,4 @@ __all__ = [
     "RunStream",
     "current_run_id",
     "prepare_run_input",
-    "stopped_result",
 ]

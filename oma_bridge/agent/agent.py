@@ -54,7 +54,6 @@ from oma_bridge.results import (
     ErrorInfo,
     ErrorKind,
     RunStatus,
-    StatusCode,
     StreamEvent,
     TokenUsage,
 )
@@ -68,7 +67,6 @@ __all__ = [
     "RunStream",
     "prepare_prompt_input",
     "prepare_run_input",
-    "stopped_result",
 ]
 
 logger = logging.getLogger(__name__)
@@ -399,12 +397,12 @@ class Agent:
         """A run ended by its cancel scope: a caller's cancel or the whole-run timer."""
         partial = "".join(run.partial)
         if run.cancel_requested:
-            return stopped_result(
-                run.run_id, RunCancelledError(), "cancelled", "cancelled", partial=partial
+            return AgentRunResult.failed(
+                run.run_id, RunCancelledError(), "cancelled", partial=partial
             )
         assert self.config.timeout_ms is not None
         error = RunTimeoutError.for_agent(self.name, self.config.timeout_ms)
-        return stopped_result(run.run_id, error, "timeout", "timeout", partial=partial)
+        return AgentRunResult.failed(run.run_id, error, "timeout", partial=partial)
 
     def _outcome_result(
         self, run_id: str, outcome: BackendOutcome, budget: int | None
@@ -469,19 +467,6 @@ def prepare_prompt_input(prompt_input: object, config: AgentConfig) -> LLMMessag
     return copy_messages([turn])[0]  # type: ignore[no-any-return]
 
 
-def stopped_result(
-    run_id: str, error: OMAError, code: StatusCode, kind: ErrorKind, *, partial: str = ""
-) -> AgentRunResult:
-    """The result of a run its cancel scope ended (a cancel, a timeout), or that never began."""
-    return AgentRunResult(
-        run_id=run_id,
-        success=False,
-        output=partial or error.message,
-        status=RunStatus(code, error.message),
-        error_info=ErrorInfo.from_error(kind, error),
-    )
-
-
 def _new_run_id() -> str:
     return uuid.uuid4().hex
 
@@ -509,25 +494,10 @@ def _error_kind(error: BaseException) -> ErrorKind:
     return "internal"
 
 
-_STATUS_BY_KIND: dict[ErrorKind, StatusCode] = {
-    "timeout": "timeout",
-    "budget": "budget_exhausted",
-    "cancelled": "cancelled",
-}
-
-
 def _failed_result(run_id: str, error: BaseException, kind: ErrorKind) -> AgentRunResult:
-    """OMA's exception path: no messages, no usage, the message as output."""
     if kind == "internal":
         logger.error("internal error in a run", exc_info=error)
-    message = str(error) or type(error).__name__
-    return AgentRunResult(
-        run_id=run_id,
-        success=False,
-        output=message,
-        status=RunStatus(_STATUS_BY_KIND.get(kind, "error"), message),
-        error_info=ErrorInfo.from_error(kind, error),
-    )
+    return AgentRunResult.failed(run_id, error, kind)
 
 
 class _HookFailed(Exception):

@@ -38,7 +38,6 @@ from oma_bridge.agent import (
     RunStream,
     current_run_id,
     prepare_run_input,
-    stopped_result,
 )
 from oma_bridge.backends import PermissionHandler, PermissionRequest, text_only
 from oma_bridge.backends.permissions import choose_option, option_from_answer
@@ -475,7 +474,7 @@ class AgentService:
                         if hosted is not None:
                             hosted.running -= 1
             # The scope caught a cancel while the run was queued: nothing was spawned (D5).
-            return stopped_result(run.run_id, RunCancelledError(), "cancelled", "cancelled")
+            return AgentRunResult.failed(run.run_id, RunCancelledError(), "cancelled")
         finally:
             if queued:
                 self._queued -= 1
