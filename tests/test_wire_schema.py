@@ -468,6 +468,15 @@ async def _session(rec: Recorder) -> None:
     plain = (await rec.call("agent/open", {"profile": "echo"}))["result"]["agentId"]
     streamed = await rec.call("agent/stream", {"agentId": plain, "input": "one two"})
     assert streamed["result"]["output"] == "one two"
+    # The journal: watch from the start (a replay), run/result, CursorExpired-free unwatch.
+    watched = await rec.call("agent/watch", {"agentId": plain, "afterSeq": 0})
+    assert watched["result"]["seq"] >= 3
+    beyond = await rec.call("agent/watch", {"agentId": plain, "afterSeq": 10_000})
+    assert beyond["error"]["code"] == -32602
+    finished = await rec.call("run/result", {"runId": streamed["result"]["runId"]})
+    assert finished["result"]["output"] == "one two"
+    assert (await rec.call("run/result", {"runId": "never"}))["error"]["code"] == -32011
+    assert (await rec.call("agent/unwatch", {"agentId": plain}))["result"] == {}
     budget = {"profile": "echo", "config": {"maxTokenBudget": 1, "name": "tight"}}
     tight = (await rec.call("agent/open", budget))["result"]["agentId"]
     over = await rec.call("agent/stream", {"agentId": tight, "input": "a b c"})
@@ -511,6 +520,7 @@ async def _session(rec: Recorder) -> None:
             await anyio.sleep(0.05)
     live = await rec.call("agent/run", {"agentId": sleeper, "input": "z", "runId": "s1"})
     assert live["error"]["code"] == -32602
+    assert (await rec.call("run/result", {"runId": "s1"}))["error"]["code"] == -32014
     overloaded = await rec.call("agent/run", {"agentId": sleeper, "input": "z"})
     assert overloaded["error"]["code"] == -32001
     await rec.notify("$/cancel_request", {"id": second})
@@ -607,5 +617,6 @@ async def test_frames_of_a_real_session_validate() -> None:
         -32010,
         -32011,
         -32012,
+        -32014,
     }
     assert {f"error:{code}" for code in error_codes} <= seen

@@ -216,6 +216,7 @@ class Agent:
         turn: LLMMessage,
         *,
         run_id: str | None = None,
+        emit: Emit = _discard,
         permission_handler: PermissionHandler | None = None,
     ) -> AgentRunResult:
         """``prompt`` with a user turn from :meth:`prepare_prompt_input`.
@@ -226,7 +227,10 @@ class Agent:
         async with self._prompt_lock:
             self._history.append(turn)
             result = await self.execute(
-                copy_messages(self._history), run_id=run_id, permission_handler=permission_handler
+                copy_messages(self._history),
+                run_id=run_id,
+                emit=emit,
+                permission_handler=permission_handler,
             )
             self._history.extend(copy_messages(result.messages))
             return result

@@ -156,6 +156,11 @@ class ServerSection(_Frozen):
     permission_timeout_s: Seconds = 300.0
     send_timeout_s: Seconds = 30.0
     stop_grace_s: Annotated[StrictFloat, Field(ge=0)] = 5.0
+    #: Sessions (identity, overrides, history, journal) on disk across restarts.
+    persist_sessions: StrictBool = True
+    journal_max_events: PositiveInt = 10_000
+    journal_max_bytes: PositiveInt = 16 * MIB
+    audit_log: StrictBool = True
 
     @field_validator("socket", mode="before")
     @classmethod

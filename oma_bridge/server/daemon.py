@@ -242,7 +242,7 @@ async def run_daemon(
             async with anyio.create_task_group() as tg:
                 lifecycle = _Lifecycle(live, tg, task_status)
                 started: Any = lifecycle
-                tg.start_soon(service.reap_idle)
+                await tg.start(service.run)
                 if handle_signals:
                     await tg.start(live.reload_on_sighup, lifecycle.ready)
                 try:

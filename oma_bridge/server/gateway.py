@@ -152,14 +152,15 @@ class Gateway:
             cancel_param="id",
             inline_methods={"initialize", *self.methods.inline},
         )
-        session = Session(session_id, listener, peer)
+        session = Session(session_id, listener, peer, drop=ws.transport.abort)
         self.sessions.add(session)
         logger.info("connection %s opened on the %s listener", session_id, listener)
         try:
-            async with peer, anyio.create_task_group() as watchdog:
-                watchdog.start_soon(watch_sends)
+            async with peer, anyio.create_task_group() as tasks:
+                tasks.start_soon(watch_sends)
+                session.task_group = tasks
                 await peer.closed.wait()
-                watchdog.cancel_scope.cancel()
+                tasks.cancel_scope.cancel()
         finally:
             self.sessions.discard(session)
             session.close()

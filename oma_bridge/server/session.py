@@ -12,12 +12,14 @@ registers :meth:`Session.on_close` to learn that the connection is gone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from oma_bridge.rpc import Peer
+import anyio.abc
+
+from oma_bridge.rpc import Peer, PendingCall
 from oma_bridge.server.auth import ListenerKind
-from oma_bridge.wire.params import Capabilities, ClientInfo, InitializeParams
+from oma_bridge.wire.params import Capabilities, InitializeParams
 
 __all__ = ["Session"]
 
@@ -27,22 +29,29 @@ logger = logging.getLogger("oma_bridge.server")
 class Session:
     """One authenticated connection; created at the upgrade, closed with the socket."""
 
-    def __init__(self, session_id: str, listener: ListenerKind, peer: Peer) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        listener: ListenerKind,
+        peer: Peer,
+        *,
+        drop: Callable[[], None] | None = None,
+    ) -> None:
         self.id = session_id
         self.listener = listener
         self._peer = peer
+        self._drop = drop
         self._on_close: list[Callable[[Session], None]] = []
         #: Set by a successful ``initialize``.
         self.init: InitializeParams | None = None
         self.closed = False
+        #: The connection's own task group (its watchers run there); set by
+        #: the gateway while the connection is served.
+        self.task_group: anyio.abc.TaskGroup | None = None
 
     @property
     def initialized(self) -> bool:
         return self.init is not None
-
-    @property
-    def client_info(self) -> ClientInfo | None:
-        return self.init.clientInfo if self.init is not None else None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -64,6 +73,20 @@ class Session:
         connection ends first.
         """
         return await self._peer.request(method, params)
+
+    async def start_request(self, method: str, params: Any = None) -> PendingCall:
+        """Send a request and return its pending answer (to race several clients)."""
+        return await self._peer.start_request(method, params)
+
+    def start_soon(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``task`` for as long as this connection lives."""
+        if self.task_group is not None and not self.closed:
+            self.task_group.start_soon(task)
+
+    def drop(self) -> None:
+        """End the connection now, as a client that stopped reading is ended."""
+        if self._drop is not None and not self.closed:
+            self._drop()
 
     def on_close(self, callback: Callable[[Session], None]) -> None:
         """Call ``callback(session)`` once when the connection ends (or now, if it has)."""

@@ -21,6 +21,7 @@ __all__ = [
     "RunAgentParams",
     "RunIdParams",
     "RunParams",
+    "WatchParams",
     "WireParams",
     "parse_params",
 ]
@@ -74,6 +75,12 @@ class AgentOverrides(WireParams):
 class OpenParams(WireParams):
     profile: StrictStr
     config: AgentOverrides | None = None
+    #: Reattach to this agent (after a restart, its persisted session).
+    resume: StrictStr | None = Field(default=None, min_length=1)
+
+
+#: What a run does when its connection closes (``docs/sessions.md``).
+OnDisconnect = Literal["cancel", "continue"]
 
 
 class RunAgentConfig(AgentOverrides):
@@ -84,6 +91,7 @@ class RunParams(WireParams):
     agentId: StrictStr
     input: StrictStr | list[Any]
     runId: StrictStr | None = Field(default=None, min_length=1)
+    onDisconnect: OnDisconnect = "cancel"
 
 
 class RunAgentParams(WireParams):
@@ -91,6 +99,7 @@ class RunAgentParams(WireParams):
     input: StrictStr | list[Any]
     runId: StrictStr | None = Field(default=None, min_length=1)
     metadata: dict[str, Any] | None = None
+    onDisconnect: OnDisconnect = "cancel"
 
 
 class AgentIdParams(WireParams):
@@ -99,6 +108,11 @@ class AgentIdParams(WireParams):
 
 class RunIdParams(WireParams):
     runId: StrictStr
+
+
+class WatchParams(WireParams):
+    agentId: StrictStr
+    afterSeq: StrictInt | None = Field(default=None, ge=0)
 
 
 def parse_params(model: type[ModelT], params: Any) -> ModelT:

@@ -50,6 +50,7 @@ from oma_bridge.wire.params import (
     RunAgentParams,
     RunIdParams,
     RunParams,
+    WatchParams,
 )
 
 __all__ = [
@@ -257,6 +258,72 @@ StreamEvent: TypeAlias = (
 class RunEventParams(TypedDict):
     runId: str
     event: StreamEvent
+    #: The event's entry in the agent's journal (docs/sessions.md).
+    seq: int
+
+
+# ---------------------------------------------------------------------------
+# The journal: agent/watch, agent/event, run/result (docs/sessions.md)
+
+
+@with_config(_CLOSED)
+class RunStartEntry(TypedDict):
+    type: Literal["run_start"]
+    runId: str
+    method: str
+    input: str | list[Any]
+
+
+@with_config(_CLOSED)
+class EventEntry(TypedDict):
+    type: Literal["event"]
+    runId: str
+    event: StreamEvent
+
+
+@with_config(_CLOSED)
+class RunEndEntry(TypedDict):
+    type: Literal["run_end"]
+    runId: str
+    result: AgentRunResult
+
+
+@with_config(_CLOSED)
+class UpdateEntry(TypedDict):
+    type: Literal["update"]
+    update: dict[str, Any]
+
+
+@with_config(_CLOSED)
+class NoteEntry(TypedDict):
+    type: Literal["note"]
+    text: str
+
+
+JournalEntry: TypeAlias = RunStartEntry | EventEntry | RunEndEntry | UpdateEntry | NoteEntry
+
+
+@with_config(_CLOSED)
+class AgentEventParams(TypedDict):
+    agentId: str
+    seq: int
+    entry: JournalEntry
+
+
+@with_config(_CLOSED)
+class WatchResult(TypedDict):
+    seq: int
+
+
+@with_config(_CLOSED)
+class CursorExpiredData(TypedDict):
+    name: Literal["CursorExpired"]
+    oldestSeq: int
+
+
+@with_config(_CLOSED)
+class RunInProgressData(TypedDict):
+    running: Literal[True]
 
 
 # ---------------------------------------------------------------------------
@@ -408,6 +475,8 @@ class DaemonStatus(TypedDict):
     agents: list[StatusAgent]
     runs: list[StatusRun]
     processes: list[StatusProcess]
+    #: Session files on disk (docs/sessions.md).
+    sessions: int
     #: Extension: present when the daemon's orchestrator evaluates runs.
     evaluation: NotRequired[EvaluationStats]
 
@@ -668,6 +737,24 @@ METHODS: dict[str, MethodSpec] = {
     "agent/close": MethodSpec("client→daemon", AgentIdParams, EmptyResult, _AGENT_ID_ERRORS),
     "agent/attach": MethodSpec("client→daemon", AgentIdParams, EmptyResult, _AGENT_ID_ERRORS),
     "run/cancel": MethodSpec("client→daemon", RunIdParams, CancelResult, (-32602,)),
+    "run/result": MethodSpec(
+        "client→daemon",
+        RunIdParams,
+        AgentRunResult,
+        (-32602, -32011, -32014),
+        "the result of a finished run still in its agent's journal",
+    ),
+    "agent/watch": MethodSpec(
+        "client→daemon",
+        WatchParams,
+        WatchResult,
+        (-32602, -32011, -32013),
+        "follow an agent's journal, caught up from afterSeq first",
+    ),
+    "agent/unwatch": MethodSpec("client→daemon", AgentIdParams, EmptyResult, _AGENT_ID_ERRORS),
+    "agent/event": MethodSpec(
+        "daemon→client", AgentEventParams, None, (), "one journal entry of a watched agent"
+    ),
     "oma/runAgent": MethodSpec(
         "client→daemon",
         RunAgentParams,
@@ -715,6 +802,10 @@ ERRORS: dict[int, ErrorSpec] = {
     -32010: ErrorSpec("<the InvalidMessageError message>", InvalidMessageData, "invalid input"),
     -32011: ErrorSpec("Not found: <what>", NotFoundData, "unknown agentId, runId or profile"),
     -32012: ErrorSpec("Forbidden: <why>", ForbiddenData, "refused by the daemon's policy"),
+    -32013: ErrorSpec(
+        "Cursor expired: <why>", CursorExpiredData, "afterSeq older than the retained entries"
+    ),
+    -32014: ErrorSpec("Run in progress: <runId>", RunInProgressData, "run/result of a live run"),
 }
 
 # ---------------------------------------------------------------------------

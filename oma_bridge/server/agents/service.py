@@ -1,57 +1,67 @@
-"""The agent methods of the wire protocol (PROTOCOL.md §4, §5): :class:`AgentService`.
+"""The agent methods of the wire protocol: :class:`AgentService`.
 
-The service owns the agents clients open and the runs they start:
+The service composes the jobs of this package:
 
 * ``agent/open`` builds an :class:`~oma_bridge.Agent` from a declared profile
-  plus the client's overrides (never a command, an environment or a folder);
-* runs on one agent are served one at a time in arrival order (a FIFO lock),
-  runs on different agents in parallel up to ``max_concurrent_runs``; past
-  ``max_queued_runs`` waiting runs, a request is refused with -32001;
-* input is prepared (guarded, boundary-checked, copied) when the request
-  arrives, so bad input is answered -32010 before anything is queued;
-* hooks go to the agent's hook owner and permission prompts to the
-  connection that started the run, as daemon-to-client requests with their
-  timeouts;
-* a run ends with its connection (the connection cancels its handler), and
-  an idle agent is closed after ``agent_idle_ttl_s``.
+  plus the client's overrides (:mod:`.overrides`), or reattaches to an agent
+  persisted before a restart (:mod:`.store`);
+* runs are queued and counted in :mod:`.runs`; input is prepared (guarded,
+  boundary-checked, copied) when the request arrives, so bad input is
+  answered -32010 before anything is queued;
+* everything that happens on an agent is journaled (:mod:`.journal`), which
+  ``agent/watch`` replays and follows (:mod:`.watchers`) and ``run/result``
+  reads;
+* hooks and permission prompts go to clients as requests (:mod:`.remote`);
+* a run ends with its connection unless it asked ``onDisconnect:
+  "continue"``; an idle agent is closed after ``agent_idle_ttl_s``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
-import psutil
 
 from oma_bridge._version import __version__
-from oma_bridge.agent import (
-    Agent,
-    AgentConfig,
-    RunStream,
-    current_run_id,
-    prepare_run_input,
-)
-from oma_bridge.backends import PermissionHandler, PermissionRequest, text_only
-from oma_bridge.backends.permissions import choose_option, option_from_answer
-from oma_bridge.errors import CallbackError, InvalidMessageError, RunCancelledError, WireError
+from oma_bridge.agent import Agent, RunStream, prepare_run_input
+from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
-from oma_bridge.results import AgentRunResult
-from oma_bridge.rpc import ConnectionClosedError
+from oma_bridge.results import AgentRunResult, StreamEvent
+from oma_bridge.server.agents.journal import Entry, Journal
+from oma_bridge.server.agents.overrides import agent_config, check_forbidden
+from oma_bridge.server.agents.registry import HookTarget, HostedAgent
+from oma_bridge.server.agents.remote import Remote
+from oma_bridge.server.agents.runs import LiveRun, Runs
+from oma_bridge.server.agents.status import (
+    AGENT_ID_VARIABLE,
+    RUN_ID_VARIABLE,
+    agent_rows,
+    live_processes,
+    run_rows,
+    uptime,
+)
+from oma_bridge.server.agents.store import PersistedSession, SessionStore
+from oma_bridge.server.agents.watchers import Watcher, check_cursor
+from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
-from oma_bridge.server.profiles import Profile, agent_profile_info, profile_agent_config
+from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
-from oma_bridge.wire.codes import OVERLOADED, forbidden, invalid_message, not_found
+from oma_bridge.wire.codes import (
+    INTERNAL_ERROR,
+    RUN_IN_PROGRESS,
+    invalid_message,
+    invalid_params,
+    not_found,
+)
 from oma_bridge.wire.params import (
     AgentIdParams,
     AgentOverrides,
@@ -61,6 +71,7 @@ from oma_bridge.wire.params import (
     RunAgentParams,
     RunIdParams,
     RunParams,
+    WatchParams,
     parse_params,
 )
 
@@ -68,79 +79,15 @@ __all__ = ["AgentService"]
 
 logger = logging.getLogger("oma_bridge.server")
 
-#: Keys a client may never set: they choose what runs and where (§11.8).
-FORBIDDEN_OVERRIDES = frozenset(
-    {"command", "args", "env", "cwd", "kind", "provider", "base_url", "api_key_env"}
-)
-#: Set in the environment of every process the daemon starts for an agent, so
-#: that ``daemon/status`` can tell whose a child (or grandchild) is.
-AGENT_ID_VARIABLE = "OMA_BRIDGE_AGENT_ID"
-RUN_ID_VARIABLE = "OMA_BRIDGE_RUN_ID"
+#: The status message of a run a daemon's death cut short (``docs/sessions.md``).
+STOPPED_DURING_RUN = "daemon stopped during the run"
 
 
-# ---------------------------------------------------------------------------
-# Params
+class _Interrupted(Exception):
+    """Stands for the daemon's death in the result of a run it cut short."""
 
-
-def _check_forbidden(params: Any, *path: str) -> None:
-    """-32012 for the keys that choose what runs, before the shape check (§11.8)."""
-    node = params
-    for key in path:
-        node = node.get(key) if isinstance(node, Mapping) else None
-    if isinstance(node, Mapping):
-        chosen = sorted(FORBIDDEN_OVERRIDES.intersection(node))
-        if chosen:
-            raise forbidden(f"a client cannot set {', '.join(chosen)}: they come from the profile")
-
-
-# ---------------------------------------------------------------------------
-# Agents and runs
-
-
-@dataclass(eq=False)
-class HookTarget:
-    """Where an agent's hooks go: the agent, its profile, the owning connection."""
-
-    agent_id: str
-    profile_name: str
-    profile: Profile
-    owner: Session | None
-
-
-@dataclass(eq=False)
-class HostedAgent(HookTarget):
-    agent: Agent
-    hooks: HookFlags
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    queued: int = 0
-    running: int = 0
-    users: set[Session] = field(default_factory=set)
-    idle_since: float | None = None
-    closed: bool = False
-
-    @property
-    def uses_hooks(self) -> bool:
-        return self.hooks.beforeRun or self.hooks.afterRun
-
-    def busy(self) -> bool:
-        return self.queued > 0 or self.running > 0
-
-    def connected(self) -> bool:
-        if self.uses_hooks:
-            return self.owner is not None and not self.owner.closed
-        return any(not user.closed for user in self.users)
-
-
-@dataclass(eq=False)
-class LiveRun:
-    run_id: str
-    agent_id: str | None
-    method: str
-    session: Session
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    started_at: float | None = None
-    cancel: Callable[[], bool] | None = None
-    cancel_requested: bool = False
+    def __str__(self) -> str:
+        return STOPPED_DURING_RUN
 
 
 class AgentService:
@@ -155,150 +102,41 @@ class AgentService:
     ) -> None:
         self.config = config
         self.settings = config.server
+        state = state_dir or default_state_dir()
         self.agents: dict[str, HostedAgent] = {}
-        self.runs: dict[str, LiveRun] = {}
-        self.orchestrator = orchestrator or _orchestrator(config, state_dir)
+        self.runs = Runs(self.settings)
+        self.orchestrator = orchestrator or _orchestrator(config, state)
+        self.audit = AuditLog(state / AUDIT_NAME if self.settings.audit_log else None)
+        self.remote = Remote(self.settings, self.audit)
+        self.store = SessionStore(state / "sessions" if self.settings.persist_sessions else None)
+        #: Sessions read back at start, waiting for an ``agent/open`` with ``resume``.
+        self.restorable: dict[str, PersistedSession] = {}
         self.started = time.time()
-        self._slots = anyio.CapacityLimiter(self.settings.max_concurrent_runs)
-        self._queued = 0
         self.connections: Callable[[], int] = lambda: 0
+        #: The daemon's task group: runs that continue after their connection.
+        self.task_group: anyio.abc.TaskGroup | None = None
 
-    # -- profiles and configs -----------------------------------------------
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve the daemon's background work until cancelled: sessions, idle agents."""
+        for session in self.store.load():
+            self._restore_interrupted(session)
+            self.restorable[session.agent_id] = session
+        if self.restorable:
+            logger.info("%d persisted session(s) can be resumed", len(self.restorable))
+        async with anyio.create_task_group() as tg:
+            self.task_group = tg
+            tg.start_soon(self.store.run)
+            tg.start_soon(self.reap_idle)
+            task_status.started()
+            await anyio.sleep_forever()
 
     def reload(self, config: ServerConfig) -> None:
         """New profiles for new agents; open agents keep the profile they have."""
         self.config = config
-
-    def _profile(self, name: str) -> Profile:
-        profile = self.config.agents.get(name)
-        if profile is None:
-            raise not_found(f'no agent profile named "{name}"')
-        return profile
-
-    def _agent_config(
-        self,
-        profile_name: str,
-        profile: Profile,
-        overrides: AgentOverrides | None,
-        labels: Mapping[str, str],
-    ) -> AgentConfig:
-        """The profile's config with the client's overrides and our process labels."""
-        base = profile_agent_config(profile_name, profile, self.settings)
-        overrides = overrides or AgentOverrides()
-        update: dict[str, Any] = {}
-        if overrides.name is not None:
-            update["name"] = overrides.name
-        if overrides.systemPrompt is not None:
-            update["system_prompt"] = overrides.systemPrompt
-        if overrides.maxTurns is not None:
-            update["max_turns"] = overrides.maxTurns
-        if overrides.timeoutMs is not None:  # narrows the profile's limit, never widens it
-            limits = [t for t in (base.timeout_ms, overrides.timeoutMs) if t is not None]
-            update["timeout_ms"] = min(limits)
-        if overrides.maxTokenBudget is not None:
-            ceilings = [
-                b for b in (base.max_token_budget, overrides.maxTokenBudget) if b is not None
-            ]
-            update["max_token_budget"] = min(ceilings)
-        backend: Any = base.backend
-        if text_only(backend.kind):
-            update["backend"] = backend.model_copy(update={"env": {**backend.env, **labels}})
-        if overrides.history is not None:
-            # AgentConfig guards it: an invalid history raises InvalidMessageError (-32010).
-            return AgentConfig(**{**dict(base), **update, "history": overrides.history})
-        return base.model_copy(update=update)
-
-    # -- hooks and permissions over the wire ---------------------------------
-
-    def _hooks(self, target: Callable[[], HookTarget], flags: HookFlags) -> dict[str, Any]:
-        """The agent's hooks, served by ``target().owner`` over the wire."""
-        timeout = self.settings.hook_timeout_s
-
-        async def ask(method: str, params: dict[str, Any]) -> Any:
-            hosted = target()
-            owner = hosted.owner
-            if owner is None or owner.closed:
-                raise CallbackError(
-                    f'the hook owner of agent "{hosted.agent_id}" is disconnected; '
-                    "reconnect and call agent/attach"
-                )
-            try:
-                with anyio.fail_after(timeout):
-                    return await owner.request(method, params)
-            except TimeoutError:
-                raise CallbackError(f"{method} got no answer within {timeout:g}s") from None
-            except ConnectionClosedError:
-                raise CallbackError(f"the hook owner disconnected during {method}") from None
-            except WireError as error:
-                raise CallbackError(f"{method} failed: {error.message}") from None
-
-        async def before_run(context: dict[str, Any]) -> Any:
-            hosted = target()
-            answer = await ask(
-                "hook/beforeRun",
-                {
-                    "agentId": hosted.agent_id,
-                    "runId": current_run_id.get(),
-                    "context": {
-                        "prompt": context["prompt"],
-                        "messages": context["messages"],
-                        "agent": agent_profile_info(hosted.profile_name, hosted.profile),
-                    },
-                },
-            )
-            if not isinstance(answer, Mapping):
-                raise CallbackError("hook/beforeRun answered something other than an object")
-            return answer
-
-        async def after_run(result: AgentRunResult) -> AgentRunResult:
-            hosted = target()
-            answer = await ask(
-                "hook/afterRun",
-                {"agentId": hosted.agent_id, "runId": result.run_id, "result": result.to_wire()},
-            )
-            try:
-                if not isinstance(answer, Mapping):
-                    raise ValueError("the answer is not an object")
-                return AgentRunResult.from_wire(answer.get("result"))
-            except ValueError as error:
-                raise CallbackError(f"hook/afterRun answered a malformed result: {error}") from None
-
-        hooks: dict[str, Any] = {}
-        if flags.beforeRun:
-            hooks["before_run"] = before_run
-        if flags.afterRun:
-            hooks["after_run"] = after_run
-        return hooks
-
-    def _permission_handler(
-        self, session: Session, agent_id: str | None
-    ) -> PermissionHandler | None:
-        if not session.capabilities.permissions:
-            return None  # nobody to ask: the backend picks the least-privilege reject
-        timeout = self.settings.permission_timeout_s
-
-        async def ask(request: PermissionRequest) -> str | None:
-            params = {
-                "agentId": agent_id,
-                "runId": request.run_id,
-                "toolCall": dict(request.tool_call),
-                "options": [
-                    {"optionId": o.option_id, "name": o.name, "kind": o.kind}
-                    for o in request.options
-                ],
-            }
-            try:
-                with anyio.fail_after(timeout):
-                    answer = await session.request("permission/request", params)
-            except TimeoutError:
-                return choose_option(request.options, "reject")
-            except (WireError, ConnectionClosedError):
-                return choose_option(request.options, "reject")
-            return option_from_answer(answer, request.options)
-
-        return ask
-
-    # -- the methods -----------------------------------------------------------
 
     def methods(self) -> MethodRegistry:
         registry = MethodRegistry()
@@ -308,73 +146,134 @@ class AgentService:
             ("agent/history", self.history),
             ("agent/reset", self.reset),
             ("agent/attach", self.attach),
+            ("agent/unwatch", self.unwatch),
             ("run/cancel", self.cancel_run),
+            ("run/result", self.run_result),
             ("daemon/status", self.status),
         ):
             registry.add(name, handler, inline=True)
         registry.add("agent/open", self.open_agent)
-        registry.add("agent/run", self.run)
-        registry.add("agent/stream", self.stream)
+        registry.add("agent/run", self.run_agent_turn)
+        registry.add("agent/stream", self.run_agent_turn_streaming)
         registry.add("agent/prompt", self.prompt)
         registry.add("agent/close", self.close_agent)
+        registry.add("agent/watch", self.watch)
         registry.add("oma/runAgent", self.run_agent)
         return registry
 
+    # -- opening -------------------------------------------------------------------
+
+    def _profile(self, name: str) -> Profile:
+        profile = self.config.agents.get(name)
+        if profile is None:
+            raise not_found(f'no agent profile named "{name}"')
+        return profile
+
     async def open_agent(self, session: Session, params: Any) -> dict[str, Any]:
-        _check_forbidden(params, "config")
+        check_forbidden(params, "config")
         request = parse_params(OpenParams, params)
+        if request.resume is not None:
+            return self._resume(session, request)
         overrides = request.config or AgentOverrides()
+        agent_id = "agt_" + secrets.token_hex(8)
+        hosted = self._host(session, agent_id, request.profile, overrides)
+        self.store.create(agent_id, request.profile, overrides.model_dump(exclude_none=True))
+        logger.info("agent %s opened (profile %s) by %s", agent_id, request.profile, session.id)
+        return {"agentId": hosted.agent_id}
+
+    def _host(
+        self,
+        session: Session,
+        agent_id: str,
+        profile_name: str,
+        overrides: AgentOverrides,
+        *,
+        history: list[Any] | None = None,
+    ) -> HostedAgent:
         flags = overrides.hooks or HookFlags()
-        self._check_declared_hooks(session, flags)
-        profile = self._profile(request.profile)
+        _check_declared_hooks(session, flags)
+        profile = self._profile(profile_name)
         hosted: HostedAgent | None = None
 
         def target() -> HookTarget:
             assert hosted is not None  # hooks run only once the agent exists
             return hosted
 
-        agent_id = "agt_" + secrets.token_hex(8)
         try:
-            config = self._agent_config(
-                request.profile, profile, overrides, {AGENT_ID_VARIABLE: agent_id}
+            config = agent_config(
+                profile_name,
+                profile,
+                self.settings,
+                overrides,
+                {AGENT_ID_VARIABLE: agent_id},
+                history=history,
             )
-            config = config.model_copy(update=self._hooks(target, flags))
+            config = config.model_copy(update=self.remote.hooks(target, flags))
         except InvalidMessageError as error:
             raise invalid_message(error) from None
         hosted = HostedAgent(
             agent_id=agent_id,
-            profile_name=request.profile,
+            profile_name=profile_name,
             profile=profile,
             agent=Agent(config),
             hooks=flags,
             owner=session if flags.beforeRun or flags.afterRun else None,
+            journal=self._journal(agent_id),
         )
         self.agents[agent_id] = hosted
-        self._use(hosted, session)
-        logger.info("agent %s opened (profile %s) by %s", agent_id, request.profile, session.id)
+        hosted.use(session)
+        return hosted
+
+    def _journal(self, agent_id: str) -> Journal:
+        store = self.store
+
+        def persist(entry: Entry, joined: str | None) -> None:
+            if joined is None:
+                store.write(agent_id, {"seq": entry.seq, "entry": entry.data})
+            else:
+                store.write(agent_id, {"seq": entry.seq, "append": joined})
+
+        return Journal(
+            max_events=self.settings.journal_max_events,
+            max_bytes=self.settings.journal_max_bytes,
+            on_append=persist if store.enabled else None,
+        )
+
+    def _resume(self, session: Session, request: OpenParams) -> dict[str, Any]:
+        agent_id = request.resume
+        assert agent_id is not None
+        live = self.agents.get(agent_id)
+        if live is not None and not live.closed:
+            _same_profile(agent_id, live.profile_name, request.profile)
+            live.use(session)
+            return {"agentId": agent_id}
+        persisted = self.restorable.get(agent_id)
+        if persisted is None:
+            raise not_found(f'no agent or persisted session with id "{agent_id}"')
+        _same_profile(agent_id, persisted.profile, request.profile)
+        try:
+            overrides = AgentOverrides(**persisted.overrides)
+        except ValueError:
+            raise not_found(f'the persisted session "{agent_id}" cannot be read') from None
+        hosted = self._host(
+            session, agent_id, persisted.profile, overrides, history=persisted.history
+        )
+        hosted.journal.restore(persisted.entries)
+        del self.restorable[agent_id]
+        logger.info("agent %s resumed (profile %s) by %s", agent_id, persisted.profile, session.id)
         return {"agentId": agent_id}
 
-    def _check_declared_hooks(self, session: Session, flags: HookFlags) -> None:
-        declared = set(session.capabilities.hooks)
-        missing = [
-            name
-            for name in ("beforeRun", "afterRun")
-            if getattr(flags, name) and name not in declared
-        ]
-        if missing:
-            raise WireError(
-                -32602,
-                "Invalid params",
-                {
-                    "errors": [
-                        {
-                            "loc": ["config", "hooks", name],
-                            "msg": f"hook {name} was not declared in initialize",
-                        }
-                        for name in missing
-                    ]
-                },
-            )
+    def _restore_interrupted(self, session: PersistedSession) -> None:
+        """Record as ended every run the daemon's death cut short (and persist that)."""
+        ended = {data.get("runId") for _seq, data in session.entries if data["type"] == "run_end"}
+        seq = session.entries[-1][0] if session.entries else 0
+        for _seq, data in list(session.entries):
+            if data["type"] == "run_start" and data.get("runId") not in ended:
+                result = AgentRunResult.failed(data["runId"], _Interrupted(), "internal")
+                seq += 1
+                entry = {"type": "run_end", "runId": data["runId"], "result": result.to_wire()}
+                session.entries.append((seq, entry))
+                self.store.write(session.agent_id, {"seq": seq, "entry": entry})
 
     def _hosted(self, agent_id: str) -> HostedAgent:
         hosted = self.agents.get(agent_id)
@@ -382,38 +281,16 @@ class AgentService:
             raise not_found(f'no open agent with id "{agent_id}"')
         return hosted
 
-    def _use(self, hosted: HostedAgent, session: Session) -> None:
-        if session not in hosted.users:
-            hosted.users.add(session)
-            session.on_close(lambda _session: self._mark_idle(hosted))
-        hosted.idle_since = None
+    # -- runs on an agent ----------------------------------------------------------
 
-    def _mark_idle(self, hosted: HostedAgent) -> None:
-        if not hosted.busy() and not hosted.connected() and hosted.idle_since is None:
-            hosted.idle_since = time.monotonic()
-
-    async def run(self, session: Session, params: Any) -> dict[str, Any]:
+    async def run_agent_turn(self, session: Session, params: Any) -> dict[str, Any]:
         return await self._run_on_agent(session, params, "agent/run")
 
     async def prompt(self, session: Session, params: Any) -> dict[str, Any]:
         return await self._run_on_agent(session, params, "agent/prompt")
 
-    async def stream(self, session: Session, params: Any) -> dict[str, Any]:
+    async def run_agent_turn_streaming(self, session: Session, params: Any) -> dict[str, Any]:
         return await self._run_on_agent(session, params, "agent/stream")
-
-    def _new_run(
-        self, run_id: str | None, agent_id: str | None, method: str, session: Session
-    ) -> LiveRun:
-        run_id = run_id or secrets.token_hex(16)
-        if run_id in self.runs:
-            raise WireError(
-                -32602,
-                "Invalid params",
-                {"errors": [{"loc": ["runId"], "msg": f'run id "{run_id}" is already live'}]},
-            )
-        if self._queued >= self.settings.max_queued_runs:
-            raise WireError(OVERLOADED, "Overloaded: too many runs queued", {"retryAfterMs": 1000})
-        return LiveRun(run_id, agent_id, method, session)
 
     async def _run_on_agent(self, session: Session, params: Any, method: str) -> dict[str, Any]:
         request = parse_params(RunParams, params)
@@ -426,76 +303,91 @@ class AgentService:
                 messages = agent.prepare_run_input(request.input)
         except InvalidMessageError as error:
             raise invalid_message(error) from None
-        run = self._new_run(request.runId, hosted.agent_id, method, session)
+        run = self.runs.new(request.runId, hosted.agent_id, method, session)
         run_id = run.run_id
-        permission = self._permission_handler(session, hosted.agent_id)
-        self._use(hosted, session)
+        permission = self.remote.permission_handler(session, hosted)
+        hosted.use(session)
+        journal = hosted.journal
+
+        async def emit(event: StreamEvent) -> None:
+            wire = event.to_wire()
+            entry = journal.append({"type": "event", "runId": run_id, "event": wire})
+            if method == "agent/stream":
+                journal.take(entry)
+                await session.notify(
+                    "run/event", {"runId": run_id, "event": wire, "seq": entry.seq}
+                )
 
         async def execute() -> AgentRunResult:
+            journal.append(
+                {"type": "run_start", "runId": run_id, "method": method, "input": request.input}
+            )
             if method == "agent/prompt":
-                return await agent.execute_prompt(
-                    turn, run_id=run_id, permission_handler=permission
+                result = await agent.execute_prompt(
+                    turn, run_id=run_id, emit=emit, permission_handler=permission
                 )
-            if method == "agent/run":
-                return await agent.execute(messages, run_id=run_id, permission_handler=permission)
-            stream = RunStream(agent, messages, run_id, permission_handler=permission)
-            async with stream:
-                async for event in stream:
-                    await session.notify("run/event", {"runId": run_id, "event": event.to_wire()})
-            assert stream.result is not None
-            return stream.result
+            elif method == "agent/run":
+                result = await agent.execute(
+                    messages, run_id=run_id, emit=emit, permission_handler=permission
+                )
+            else:
+                stream = RunStream(agent, messages, run_id, permission_handler=permission)
+                async with stream:
+                    async for event in stream:
+                        await emit(event)
+                assert stream.result is not None
+                result = stream.result
+            self._end_run(hosted, run_id, result)
+            return result
 
         run.cancel = lambda: agent.cancel(run_id)
-        result = await self._serve_run(run, hosted, execute)
+        result = await self._serve(run, hosted, execute, request.onDisconnect == "continue")
         return result.to_wire()
 
-    async def _serve_run(
-        self, run: LiveRun, hosted: HostedAgent | None, execute: Callable[[], Any]
+    def _end_run(self, hosted: HostedAgent, run_id: str, result: AgentRunResult) -> None:
+        hosted.journal.append({"type": "run_end", "runId": run_id, "result": result.to_wire()})
+        if self.store.enabled:
+            self.store.write(hosted.agent_id, {"history": hosted.agent.get_history()})
+            self.store.sync(hosted.agent_id)
+
+    async def _serve(
+        self,
+        run: LiveRun,
+        hosted: HostedAgent | None,
+        execute: Callable[[], Awaitable[AgentRunResult]],
+        keep_going: bool,
     ) -> AgentRunResult:
-        """Queue (FIFO per agent, then a global slot), execute, account."""
-        self.runs[run.run_id] = run
-        self._queued += 1
-        if hosted is not None:
-            hosted.queued += 1
-        queued = True
-        try:
-            with run.scope:
-                lock = hosted.lock if hosted is not None else contextlib.nullcontext()
-                async with lock, self._slots:
-                    self._queued -= 1
-                    queued = False
-                    if hosted is not None:
-                        hosted.queued -= 1
-                        hosted.running += 1
-                    run.started_at = time.time()
-                    try:
-                        return await execute()  # type: ignore[no-any-return]
-                    finally:
-                        if hosted is not None:
-                            hosted.running -= 1
-            # The scope caught a cancel while the run was queued: nothing was spawned (D5).
-            return AgentRunResult.failed(run.run_id, RunCancelledError(), "cancelled")
-        finally:
-            if queued:
-                self._queued -= 1
-                if hosted is not None:
-                    hosted.queued -= 1
-            self.runs.pop(run.run_id, None)
-            if hosted is not None:
-                self._mark_idle(hosted)
+        """Serve the run in this request, or in the daemon's task group when it outlives it."""
+        if not keep_going or self.task_group is None:
+            return await self.runs.serve(run, hosted, execute)
+        finished = anyio.Event()
+        outcome: list[AgentRunResult] = []
+
+        async def in_background() -> None:
+            try:
+                outcome.append(await self.runs.serve(run, hosted, execute))
+            finally:
+                finished.set()
+
+        self.task_group.start_soon(in_background)
+        await finished.wait()  # a closed connection cancels this wait, not the run
+        if not outcome:
+            raise WireError(INTERNAL_ERROR, "Internal error")  # the run raised: logged there
+        return outcome[0]
 
     async def run_agent(self, session: Session, params: Any) -> dict[str, Any]:
-        _check_forbidden(params, "config")
+        check_forbidden(params, "config")
         request = parse_params(RunAgentParams, params)
         overrides = request.config
         flags = overrides.hooks or HookFlags()
-        self._check_declared_hooks(session, flags)
+        _check_declared_hooks(session, flags)
         profile = self._profile(overrides.profile)
         run_id = request.runId or secrets.token_hex(16)
         try:
-            config = self._agent_config(
+            config = agent_config(
                 overrides.profile,
                 profile,
+                self.settings,
                 AgentOverrides(**overrides.model_dump(exclude={"profile"})),
                 {RUN_ID_VARIABLE: run_id},
             )
@@ -504,12 +396,12 @@ class AgentService:
         if flags.beforeRun or flags.afterRun:
             # A one-off agent's hooks go to the connection that started it.
             one_off = HookTarget("", overrides.profile, profile, session)
-            config = config.model_copy(update=self._hooks(lambda: one_off, flags))
+            config = config.model_copy(update=self.remote.hooks(lambda: one_off, flags))
         try:
             prepare_run_input(request.input, config)  # -32010 before anything is queued
         except InvalidMessageError as error:
             raise invalid_message(error) from None
-        run = self._new_run(run_id, None, "oma/runAgent", session)
+        run = self.runs.new(run_id, None, "oma/runAgent", session)
 
         async def progress(event: dict[str, Any]) -> None:
             data = event.get("data")
@@ -523,13 +415,59 @@ class AgentService:
                 request.input,
                 run_id=run_id,
                 metadata=request.metadata,
-                permission_handler=self._permission_handler(session, None),
+                permission_handler=self.remote.permission_handler(session, None),
                 on_progress=progress,
             )
 
         run.cancel = lambda: self.orchestrator.cancel(run_id)
-        result = await self._serve_run(run, None, execute)
+        result = await self._serve(run, None, execute, request.onDisconnect == "continue")
         return result.to_wire()
+
+    # -- watching ------------------------------------------------------------------
+
+    async def watch(self, session: Session, params: Any) -> dict[str, Any]:
+        request = parse_params(WatchParams, params)
+        hosted = self._hosted(request.agentId)
+        journal = hosted.journal
+        cursor = journal.last_seq if request.afterSeq is None else request.afterSeq
+        check_cursor(journal, cursor)
+        previous = hosted.watchers.pop(session, None)
+        if previous is not None:
+            previous.stop()
+        watcher = Watcher(session, hosted.agent_id, journal, cursor)
+        await watcher.catch_up()
+        # No await between the catch-up and the registration: nothing falls between.
+        hosted.watchers[session] = watcher
+        hosted.use(session)
+        session.on_close(lambda _session: self._unwatch(hosted, session))
+        session.start_soon(watcher.pump)
+        return {"seq": watcher.cursor}
+
+    async def unwatch(self, session: Session, params: Any) -> dict[str, Any]:
+        hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
+        self._unwatch(hosted, session)
+        return {}
+
+    def _unwatch(self, hosted: HostedAgent, session: Session) -> None:
+        watcher = hosted.watchers.pop(session, None)
+        if watcher is not None:
+            watcher.stop()
+
+    async def run_result(self, session: Session, params: Any) -> dict[str, Any]:
+        run_id = parse_params(RunIdParams, params).runId
+        if run_id in self.runs.live:
+            raise WireError(RUN_IN_PROGRESS, f'Run in progress: "{run_id}"', {"running": True})
+        for hosted in self.agents.values():
+            for entry in reversed(hosted.journal.entries()):
+                data = entry.data
+                if data["type"] == "run_end" and data["runId"] == run_id:
+                    return data["result"]  # type: ignore[no-any-return]
+        finished = self.runs.finished.get(run_id)
+        if finished is not None:
+            return finished.to_wire()
+        raise not_found(f'no finished run with id "{run_id}" in any journal')
+
+    # -- the quick methods ---------------------------------------------------------
 
     async def history(self, session: Session, params: Any) -> dict[str, Any]:
         hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
@@ -538,105 +476,61 @@ class AgentService:
     async def reset(self, session: Session, params: Any) -> dict[str, Any]:
         hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
         hosted.agent.reset()
+        if self.store.enabled:
+            self.store.write(hosted.agent_id, {"history": []})
         return {}
 
     async def close_agent(self, session: Session, params: Any) -> dict[str, Any]:
         hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
-        await self._close(hosted)
+        await self._close(hosted, forget=True)
         return {}
 
-    async def _close(self, hosted: HostedAgent) -> None:
+    async def _close(self, hosted: HostedAgent, *, forget: bool) -> None:
+        """End the agent (its processes gone); ``forget`` also deletes its session files."""
         hosted.closed = True
         self.agents.pop(hosted.agent_id, None)
-        for run in list(self.runs.values()):
+        for watcher in list(hosted.watchers.values()):
+            watcher.stop()
+        hosted.watchers.clear()
+        for run in list(self.runs.live.values()):
             if run.agent_id == hosted.agent_id:
-                self._cancel(run)
+                self.runs.cancel(run)
         with anyio.CancelScope(shield=True):
             await hosted.agent.close()
+        if forget:
+            self.store.remove(hosted.agent_id)
         logger.info("agent %s closed", hosted.agent_id)
+
+    async def _forget_not(self, hosted: HostedAgent) -> None:
+        await self._close(hosted, forget=False)
 
     async def attach(self, session: Session, params: Any) -> dict[str, Any]:
         hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
-        self._check_declared_hooks(session, hosted.hooks)
+        _check_declared_hooks(session, hosted.hooks)
         hosted.owner = session if hosted.uses_hooks else hosted.owner
-        self._use(hosted, session)
+        hosted.use(session)
         return {}
 
     async def cancel_run(self, session: Session, params: Any) -> dict[str, Any]:
-        run = self.runs.get(parse_params(RunIdParams, params).runId)
-        return {"cancelled": run is not None and self._cancel(run)}
-
-    def _cancel(self, run: LiveRun) -> bool:
-        run.cancel_requested = True
-        if run.started_at is None:
-            run.scope.cancel()
-            return True
-        return run.cancel() if run.cancel is not None else False
+        run = self.runs.live.get(parse_params(RunIdParams, params).runId)
+        return {"cancelled": run is not None and self.runs.cancel(run)}
 
     async def status(self, session: Session, params: Any) -> dict[str, Any]:
         parse_params(NoParams, params)
         status = {
             "version": __version__,
-            "uptimeS": round(time.time() - self.started, 3),
+            "uptimeS": uptime(self.started),
             "connections": self.connections(),
-            "agents": [
-                {
-                    "agentId": hosted.agent_id,
-                    "profile": hosted.profile_name,
-                    "kind": hosted.agent.kind,
-                    "state": hosted.agent.state.status,
-                    "queuedRuns": hosted.queued,
-                }
-                for hosted in self.agents.values()
-            ],
-            "runs": [
-                {
-                    "runId": run.run_id,
-                    "agentId": run.agent_id,
-                    "method": run.method,
-                    "startedAt": run.started_at,
-                }
-                for run in self.runs.values()
-            ],
-            "processes": self._live_processes(),
+            "agents": agent_rows(self.agents),
+            "runs": run_rows(self.runs.live),
+            "processes": live_processes(self.agents, self.runs.live),
+            "sessions": self.store.count(),
         }
         if self.orchestrator.evaluator is not None:
             status["evaluation"] = self.orchestrator.evaluator.stats.to_wire()
         return status
 
-    def _live_processes(self) -> list[dict[str, Any]]:
-        """Every live child the daemon started for an agent (§11.15).
-
-        The supervisor knows its children, so no scan of ``/proc`` is needed
-        (psutil's recursive ``children()`` reads every process on the
-        machine); each child's environment says whose it is.
-        """
-        from oma_bridge.supervision.supervisor import default_supervisor
-
-        running = {
-            run.agent_id: run.run_id
-            for run in self.runs.values()
-            if run.agent_id is not None and run.started_at is not None
-        }
-        processes: list[dict[str, Any]] = []
-        for child in default_supervisor().live():
-            try:
-                process = psutil.Process(child.pid)
-                env = process.environ()
-                rss = process.memory_info().rss
-            except psutil.Error:
-                continue  # gone meanwhile
-            agent_id, run_id = env.get(AGENT_ID_VARIABLE), env.get(RUN_ID_VARIABLE)
-            entry: dict[str, Any] = {"pid": child.pid, "agentId": agent_id, "rssBytes": rss}
-            hosted = self.agents.get(agent_id) if agent_id else None
-            if run_id is None and hosted is not None and hosted.agent.kind == "process":
-                run_id = running.get(hosted.agent_id)
-            if run_id is not None:
-                entry["runId"] = run_id
-            processes.append(entry)
-        return processes
-
-    # -- lifecycle ---------------------------------------------------------------
+    # -- idle agents and shutdown ----------------------------------------------------
 
     async def reap_idle(self, *, interval_s: float | None = None) -> None:
         """Close agents idle for ``agent_idle_ttl_s``; runs until cancelled."""
@@ -646,31 +540,63 @@ class AgentService:
             await anyio.sleep(interval)
             now = time.monotonic()
             for hosted in list(self.agents.values()):
-                self._mark_idle(hosted)
+                hosted.mark_idle()
                 if hosted.idle_since is not None and now - hosted.idle_since >= ttl:
                     if hosted.busy() or hosted.connected():
                         hosted.idle_since = None
                         continue
                     logger.info("agent %s idle for %.0fs: closing it", hosted.agent_id, ttl)
-                    await self._close(hosted)
+                    await self._close(hosted, forget=True)
 
     async def aclose(self) -> None:
-        """Cancel every run and close every agent (their processes end)."""
-        for run in list(self.runs.values()):
-            self._cancel(run)
+        """Cancel every run and close every agent (their processes end); keep their sessions."""
+        for run in list(self.runs.live.values()):
+            self.runs.cancel(run)
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for hosted in list(self.agents.values()):
-                    tg.start_soon(self._close, hosted)
+                    tg.start_soon(self._forget_not, hosted)
             await self.orchestrator.shutdown(self.settings.stop_grace_s)
+        self.store.close()
+        self.audit.close()
 
 
-def _orchestrator(config: ServerConfig, state_dir: Path | None) -> OpenMultiAgent:
+def _check_declared_hooks(session: Session, flags: HookFlags) -> None:
+    declared = set(session.capabilities.hooks)
+    missing = [
+        name for name in ("beforeRun", "afterRun") if getattr(flags, name) and name not in declared
+    ]
+    if missing:
+        raise invalid_params(
+            [
+                {
+                    "loc": ["config", "hooks", name],
+                    "msg": f"hook {name} was not declared in initialize",
+                }
+                for name in missing
+            ]
+        )
+
+
+def _same_profile(agent_id: str, theirs: str, asked: str) -> None:
+    if theirs != asked:
+        raise invalid_params(
+            [
+                {
+                    "loc": ["profile"],
+                    "msg": f'agent "{agent_id}" is of profile "{theirs}", not "{asked}"',
+                    "type": "value_error",
+                }
+            ]
+        )
+
+
+def _orchestrator(config: ServerConfig, state_dir: Path) -> OpenMultiAgent:
     """The orchestrator of ``oma/runAgent``, with evaluation when the config asks for it."""
     section = config.evaluation
     if section is None:
         return OpenMultiAgent()
-    store = section.store or (state_dir or default_state_dir()) / "evaluations.jsonl"
+    store = section.store or state_dir / "evaluations.jsonl"
     evaluation = EvaluationConfig(
         scorers=[resolve_scorer(spec) for spec in section.scorers],
         sample=section.sample,

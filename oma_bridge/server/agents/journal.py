@@ -1,0 +1,163 @@
+"""The journal: what happened on one agent, in order, bounded, and the source of every replay.
+
+Each entry is the wire ``entry`` of ``agent/event`` (``docs/sessions.md``):
+``run_start``, ``event`` (one stream event of a run), ``run_end`` (the
+result), ``update`` (a raw ACP update), ``note``.  Entries get ``seq`` from 1,
+strictly increasing; retention keeps the newest ``max_events`` entries and at
+most ``max_bytes``, whichever is smaller, dropping the oldest first.
+
+A text event may be joined into the entry before it when that entry is a
+text event of the same run that no connection has been sent yet (its text
+grows, its ``seq`` stays): every reader sees the same entries, and the texts
+still join to the run's output.  :meth:`Journal.take` marks an entry sent,
+which closes it to joining.
+
+Readers never hold a queue of their own: a watcher keeps a cursor (the last
+``seq`` it delivered) and reads :meth:`Journal.after` it, so a slow reader
+costs no memory beyond the journal's bound.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import orjson
+
+__all__ = ["Entry", "Journal"]
+
+#: What an entry costs beyond its text, for the byte limit (keys, ids, framing).
+_ENTRY_OVERHEAD = 96
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    seq: int
+    #: The wire ``entry``: ``{"type": ...}`` as ``agent/event`` carries it.
+    data: dict[str, Any]
+    size: int
+    #: Sent to some connection: no more text may be joined into it.
+    sent: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"seq": self.seq, "entry": self.data}
+
+
+def _size(data: dict[str, Any]) -> int:
+    event = data.get("event")
+    if data["type"] == "event" and isinstance(event, dict) and event.get("type") == "text":
+        # The common entry: counted without encoding it (a stream's hot path).
+        return len(event["data"]) + _ENTRY_OVERHEAD
+    return len(orjson.dumps(data)) + _ENTRY_OVERHEAD
+
+
+class Journal:
+    """One agent's ordered, bounded record; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        max_events: int,
+        max_bytes: int,
+        on_append: Callable[[Entry, str | None], None] | None = None,
+    ) -> None:
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        #: Called for every new entry as ``(entry, None)`` and for text joined
+        #: into one as ``(entry, text)`` (persistence writes both).
+        self.on_append = on_append
+        self._entries: deque[Entry] = deque()
+        self._bytes = 0
+        self.last_seq = 0
+        self._changed = anyio.Event()
+
+    # -- reading ---------------------------------------------------------------
+
+    @property
+    def oldest_seq(self) -> int:
+        """The ``seq`` of the oldest retained entry (``last_seq + 1`` when none is)."""
+        return self._entries[0].seq if self._entries else self.last_seq + 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def after(self, seq: int) -> list[Entry]:
+        """The retained entries with a ``seq`` above ``seq``, in order."""
+        if not self._entries or seq >= self.last_seq:
+            return []
+        start = max(0, seq + 1 - self._entries[0].seq)
+        # Seqs are contiguous within the deque, so the index is arithmetic.
+        return [self._entries[i] for i in range(start, len(self._entries))]
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries)
+
+    def take(self, entry: Entry) -> dict[str, Any]:
+        """Mark ``entry`` sent (closed to joining) and return its wire form."""
+        entry.sent = True
+        return entry.to_wire()
+
+    async def wait_beyond(self, seq: int) -> None:
+        """Return once an entry with a ``seq`` above ``seq`` exists."""
+        while self.last_seq <= seq:
+            await self._changed.wait()
+
+    # -- writing ---------------------------------------------------------------
+
+    def append(self, data: dict[str, Any]) -> Entry:
+        """Add one entry; returns it (its ``seq`` is the journal's newest)."""
+        self.last_seq += 1
+        entry = Entry(self.last_seq, data, _size(data))
+        self._entries.append(entry)
+        self._bytes += entry.size
+        self._trim()
+        if self.on_append is not None:
+            self.on_append(entry, None)
+        self._wake()
+        return entry
+
+    def append_text(self, run_id: str, text: str, *, join: bool) -> Entry:
+        """A text event of ``run_id``; with ``join``, grown into the last entry when allowed."""
+        last = self._entries[-1] if self._entries else None
+        if join and last is not None and not last.sent and last.data["type"] == "event":
+            event = last.data["event"]
+            if last.data["runId"] == run_id and event["type"] == "text":
+                event["data"] += text
+                last.size += len(text)
+                self._bytes += len(text)
+                self._trim()
+                if self.on_append is not None:
+                    self.on_append(last, text)
+                self._wake()
+                return last
+        return self.append(
+            {"type": "event", "runId": run_id, "event": {"type": "text", "data": text}}
+        )
+
+    def restore(self, entries: list[tuple[int, dict[str, Any]]]) -> None:
+        """Load entries read back from disk (their seqs kept), before anything else is added."""
+        for seq, data in entries:
+            entry = Entry(seq, data, _size(data), sent=True)
+            self._entries.append(entry)
+            self._bytes += entry.size
+            self.last_seq = seq
+        self._trim()
+
+    def _trim(self) -> None:
+        # The newest entry always stays, however large: a replay must be able
+        # to deliver what the run produced last.
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.max_events or self._bytes > self.max_bytes
+        ):
+            self._bytes -= self._entries.popleft().size
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()

@@ -1,0 +1,69 @@
+"""The agents the daemon hosts: :class:`HostedAgent` and the idle bookkeeping of each."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+
+from oma_bridge.agent import Agent
+from oma_bridge.server.agents.journal import Journal
+from oma_bridge.server.profiles import Profile
+from oma_bridge.server.session import Session
+from oma_bridge.wire.params import HookFlags
+
+if TYPE_CHECKING:
+    from oma_bridge.server.agents.watchers import Watcher
+
+__all__ = ["HookTarget", "HostedAgent"]
+
+
+@dataclass(eq=False)
+class HookTarget:
+    """Where an agent's hooks go: the agent, its profile, the owning connection."""
+
+    agent_id: str
+    profile_name: str
+    profile: Profile
+    owner: Session | None
+
+
+@dataclass(eq=False)
+class HostedAgent(HookTarget):
+    """One open agent: the library's :class:`Agent`, its journal, its users and watchers."""
+
+    agent: Agent
+    hooks: HookFlags
+    journal: Journal
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    queued: int = 0
+    running: int = 0
+    users: set[Session] = field(default_factory=set)
+    watchers: dict[Session, Watcher] = field(default_factory=dict)
+    idle_since: float | None = None
+    closed: bool = False
+
+    @property
+    def uses_hooks(self) -> bool:
+        return self.hooks.beforeRun or self.hooks.afterRun
+
+    def busy(self) -> bool:
+        return self.queued > 0 or self.running > 0
+
+    def connected(self) -> bool:
+        if self.uses_hooks:
+            return self.owner is not None and not self.owner.closed
+        return any(not user.closed for user in self.users)
+
+    def use(self, session: Session) -> None:
+        """``session`` works with this agent: it is not idle while that connection is open."""
+        if session not in self.users:
+            self.users.add(session)
+            session.on_close(lambda _session: self.mark_idle())
+        self.idle_since = None
+
+    def mark_idle(self) -> None:
+        if not self.busy() and not self.connected() and self.idle_since is None:
+            self.idle_since = time.monotonic()

@@ -1,0 +1,229 @@
+"""Hooks and permission prompts as requests from the daemon to its clients.
+
+Hooks go to the agent's hook owner (the opener, or the last ``agent/attach``)
+and fail the run when nobody answers in ``hook_timeout_s``.  A permission
+request of a run goes to the run's own connection while it is open and
+declared ``permissions``; otherwise to the agent's watchers that declared
+them, where the first valid answer wins and the others are withdrawn with
+``$/cancel_request``; with nobody to ask, the least-privilege reject.  Every
+decision goes to the audit log with who made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import anyio
+
+from oma_bridge.agent import current_run_id
+from oma_bridge.backends import PermissionHandler, PermissionRequest
+from oma_bridge.backends.permissions import choose_option, option_from_answer
+from oma_bridge.errors import CallbackError, WireError
+from oma_bridge.results import AgentRunResult
+from oma_bridge.rpc import ConnectionClosedError
+from oma_bridge.server.agents.registry import HookTarget, HostedAgent
+from oma_bridge.server.audit import AuditLog, decided_by_client
+from oma_bridge.server.config import ServerSection
+from oma_bridge.server.profiles import agent_profile_info
+from oma_bridge.server.session import Session
+from oma_bridge.wire.params import HookFlags
+
+__all__ = ["Remote"]
+
+
+def _answers(answer: Any, request: PermissionRequest) -> bool:
+    """Whether ``answer`` is a valid choice: a cancel, or an option that was offered."""
+    outcome = answer.get("outcome") if isinstance(answer, Mapping) else None
+    if not isinstance(outcome, Mapping):
+        return False
+    if outcome.get("outcome") == "cancelled":
+        return True
+    chosen = outcome.get("optionId")
+    return outcome.get("outcome") == "selected" and any(
+        option.option_id == chosen for option in request.options
+    )
+
+
+class Remote:
+    """Builds the hooks and permission handlers that ask clients; see the module docstring."""
+
+    def __init__(self, settings: ServerSection, audit: AuditLog) -> None:
+        self.settings = settings
+        self.audit = audit
+
+    # -- hooks ---------------------------------------------------------------
+
+    def hooks(self, target: Callable[[], HookTarget], flags: HookFlags) -> dict[str, Any]:
+        """The agent's ``before_run`` / ``after_run``, served by ``target().owner``."""
+        timeout = self.settings.hook_timeout_s
+
+        async def ask(method: str, params: dict[str, Any]) -> Any:
+            hosted = target()
+            owner = hosted.owner
+            if owner is None or owner.closed:
+                raise CallbackError(
+                    f'the hook owner of agent "{hosted.agent_id}" is disconnected; '
+                    "reconnect and call agent/attach"
+                )
+            try:
+                with anyio.fail_after(timeout):
+                    return await owner.request(method, params)
+            except TimeoutError:
+                raise CallbackError(f"{method} got no answer within {timeout:g}s") from None
+            except ConnectionClosedError:
+                raise CallbackError(f"the hook owner disconnected during {method}") from None
+            except WireError as error:
+                raise CallbackError(f"{method} failed: {error.message}") from None
+
+        async def before_run(context: dict[str, Any]) -> Any:
+            hosted = target()
+            answer = await ask(
+                "hook/beforeRun",
+                {
+                    "agentId": hosted.agent_id,
+                    "runId": current_run_id.get(),
+                    "context": {
+                        "prompt": context["prompt"],
+                        "messages": context["messages"],
+                        "agent": agent_profile_info(hosted.profile_name, hosted.profile),
+                    },
+                },
+            )
+            if not isinstance(answer, Mapping):
+                raise CallbackError("hook/beforeRun answered something other than an object")
+            return answer
+
+        async def after_run(result: AgentRunResult) -> AgentRunResult:
+            hosted = target()
+            answer = await ask(
+                "hook/afterRun",
+                {"agentId": hosted.agent_id, "runId": result.run_id, "result": result.to_wire()},
+            )
+            try:
+                if not isinstance(answer, Mapping):
+                    raise ValueError("the answer is not an object")
+                return AgentRunResult.from_wire(answer.get("result"))
+            except ValueError as error:
+                raise CallbackError(f"hook/afterRun answered a malformed result: {error}") from None
+
+        hooks: dict[str, Any] = {}
+        if flags.beforeRun:
+            hooks["before_run"] = before_run
+        if flags.afterRun:
+            hooks["after_run"] = after_run
+        return hooks
+
+    # -- permissions ---------------------------------------------------------
+
+    def permission_handler(self, session: Session, hosted: HostedAgent | None) -> PermissionHandler:
+        """Answers the permission requests of one run started by ``session``."""
+        agent_id = hosted.agent_id if hosted is not None else None
+
+        async def ask(request: PermissionRequest) -> str | None:
+            params = {
+                "agentId": agent_id,
+                "runId": request.run_id,
+                "toolCall": dict(request.tool_call),
+                "options": [
+                    {"optionId": o.option_id, "name": o.name, "kind": o.kind}
+                    for o in request.options
+                ],
+            }
+            # The run's own connection first; when it cannot answer (it never
+            # declared permissions, or it is gone), the agent's watchers.
+            stages: list[list[Session]] = [[session]]
+            if hosted is not None:
+                stages.append([w.session for w in hosted.watchers.values()])
+            for stage in stages:
+                askable = [s for s in stage if s.capabilities.permissions and not s.closed]
+                if not askable:
+                    continue
+                decided = await self._first_answer(askable, params, request)
+                if decided == "timeout":
+                    chosen = choose_option(request.options, "reject")
+                    self._record(agent_id, request, chosen, "timeout")
+                    return chosen
+                if decided is not None:
+                    winner, answer = decided
+                    chosen = option_from_answer(answer, request.options)
+                    client = winner.init.clientInfo if winner.init is not None else None
+                    by = decided_by_client(
+                        client.name if client else "", client.version if client else "", winner.id
+                    )
+                    self._record(agent_id, request, chosen, by)
+                    return chosen
+            chosen = choose_option(request.options, "reject")
+            self._record(agent_id, request, chosen, "no-client")
+            return chosen
+
+        return ask
+
+    async def _first_answer(
+        self, sessions: Sequence[Session], params: dict[str, Any], request: PermissionRequest
+    ) -> tuple[Session, Any] | Literal["timeout"] | None:
+        """Ask every session at once; the first valid answer wins, the rest are withdrawn.
+
+        ``"timeout"`` when nobody answered within ``permission_timeout_s``;
+        ``None`` when every one of them failed (gone, an error, a malformed answer).
+        """
+        winner: tuple[Session, Any] | None = None
+        settled = anyio.Event()
+        calls = []
+        for candidate in sessions:
+            try:
+                call = await candidate.start_request("permission/request", params)
+            except ConnectionClosedError:
+                continue
+            calls.append((candidate, call))
+        pending = len(calls)
+
+        async def wait_one(candidate: Session, call: Any) -> None:
+            nonlocal winner, pending
+            try:
+                answer = await call.wait()
+            except (WireError, ConnectionClosedError):
+                answer = None
+            if winner is None and answer is not None and _answers(answer, request):
+                winner = (candidate, answer)
+                settled.set()
+            pending -= 1
+            if pending == 0:
+                settled.set()
+
+        try:
+            if calls:
+                async with anyio.create_task_group() as tg:
+                    for candidate, call in calls:
+                        tg.start_soon(wait_one, candidate, call)
+                    with anyio.move_on_after(self.settings.permission_timeout_s) as timer:
+                        await settled.wait()
+                    tg.cancel_scope.cancel()
+                if timer.cancelled_caught:
+                    return "timeout"
+        finally:
+            with anyio.CancelScope(shield=True):
+                for _candidate, call in calls:
+                    if not call.settled:
+                        await call.withdraw()
+        return winner
+
+    def _record(
+        self, agent_id: str | None, request: PermissionRequest, chosen: str | None, by: Any
+    ) -> None:
+        tool_call = request.tool_call
+        self.audit.record(
+            "permission",
+            agent_id,
+            runId=request.run_id,
+            toolCall={
+                key: tool_call.get(key)
+                for key in ("toolCallId", "title", "kind")
+                if tool_call.get(key) is not None
+            },
+            options=[option.option_id for option in request.options],
+            outcome={"outcome": "selected", "optionId": chosen}
+            if chosen is not None
+            else {"outcome": "cancelled"},
+            decidedBy=by,
+        )

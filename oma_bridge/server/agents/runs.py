@@ -1,0 +1,125 @@
+"""The runs in flight: the one place that counts queued and running runs.
+
+Runs on one agent are served one at a time in arrival order (the agent's
+FIFO lock: an ACP session cannot take two prompts at once); runs on
+different agents run in parallel up to ``max_concurrent_runs``; past
+``max_queued_runs`` waiting runs a new one is refused with -32001.  A run
+cancelled while it waits never reaches its backend, so nothing is spawned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from oma_bridge.errors import RunCancelledError, WireError
+from oma_bridge.results import AgentRunResult
+from oma_bridge.rpc import INVALID_PARAMS
+from oma_bridge.server.agents.registry import HostedAgent
+from oma_bridge.server.config import ServerSection
+from oma_bridge.server.session import Session
+from oma_bridge.wire.codes import OVERLOADED
+
+__all__ = ["LiveRun", "Runs"]
+
+#: Results of finished runs kept for ``run/result`` besides the journals
+#: (the one-off runs of ``oma/runAgent`` have no agent, so no journal).
+_KEPT_RESULTS = 256
+
+
+@dataclass(eq=False)
+class LiveRun:
+    run_id: str
+    agent_id: str | None
+    method: str
+    session: Session
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    started_at: float | None = None
+    cancel: Callable[[], bool] | None = None
+    cancel_requested: bool = False
+
+
+class Runs:
+    """Queue, slots and bookkeeping of every run; see the module docstring."""
+
+    def __init__(self, settings: ServerSection) -> None:
+        self.settings = settings
+        self.live: dict[str, LiveRun] = {}
+        self.finished: OrderedDict[str, AgentRunResult] = OrderedDict()
+        self._slots = anyio.CapacityLimiter(settings.max_concurrent_runs)
+        self._queued = 0
+
+    def new(
+        self, run_id: str | None, agent_id: str | None, method: str, session: Session
+    ) -> LiveRun:
+        """A run about to be queued; -32602 for a live id, -32001 past the queue limit."""
+        run_id = run_id or secrets.token_hex(16)
+        if run_id in self.live:
+            raise WireError(
+                INVALID_PARAMS,
+                "Invalid params",
+                {"errors": [{"loc": ["runId"], "msg": f'run id "{run_id}" is already live'}]},
+            )
+        if self._queued >= self.settings.max_queued_runs:
+            raise WireError(OVERLOADED, "Overloaded: too many runs queued", {"retryAfterMs": 1000})
+        return LiveRun(run_id, agent_id, method, session)
+
+    async def serve(
+        self,
+        run: LiveRun,
+        hosted: HostedAgent | None,
+        execute: Callable[[], Awaitable[AgentRunResult]],
+    ) -> AgentRunResult:
+        """Queue (FIFO per agent, then a global slot), execute, account."""
+        self.live[run.run_id] = run
+        self._queued += 1
+        if hosted is not None:
+            hosted.queued += 1
+        queued = True
+        result: AgentRunResult | None = None
+        try:
+            with run.scope:
+                lock = hosted.lock if hosted is not None else contextlib.nullcontext()
+                async with lock, self._slots:
+                    self._queued -= 1
+                    queued = False
+                    if hosted is not None:
+                        hosted.queued -= 1
+                        hosted.running += 1
+                    run.started_at = time.time()
+                    try:
+                        result = await execute()
+                    finally:
+                        if hosted is not None:
+                            hosted.running -= 1
+            if result is None:
+                # The scope caught a cancel while the run was queued: nothing was spawned.
+                result = AgentRunResult.failed(run.run_id, RunCancelledError(), "cancelled")
+            self._keep(result)
+            return result
+        finally:
+            if queued:
+                self._queued -= 1
+                if hosted is not None:
+                    hosted.queued -= 1
+            self.live.pop(run.run_id, None)
+            if hosted is not None:
+                hosted.mark_idle()
+
+    def cancel(self, run: LiveRun) -> bool:
+        run.cancel_requested = True
+        if run.started_at is None:
+            run.scope.cancel()
+            return True
+        return run.cancel() if run.cancel is not None else False
+
+    def _keep(self, result: AgentRunResult) -> None:
+        self.finished[result.run_id] = result
+        while len(self.finished) > _KEPT_RESULTS:
+            self.finished.popitem(last=False)

@@ -1,0 +1,247 @@
+"""Sessions on disk: each agent's identity, overrides, history and journal, as JSON lines.
+
+One file per agent, ``<state>/sessions/<agentId>.jsonl`` (folder 0700, files
+0600), append-only:
+
+* the first line is the header ``{"v": 1, "agentId", "profile", "overrides",
+  "createdAt"}``;
+* ``{"seq", "entry"}`` a journal entry; ``{"seq", "append"}`` text joined
+  into entry ``seq``;
+* ``{"history": [...]}`` the agent's history after a run (the last one wins);
+* ``{"acpSession": id}`` the downstream ACP session, for its recovery.
+
+Every line is one ``write(2)`` on an ``O_APPEND`` file, so a daemon killed
+mid-way never leaves half a line; the file is fsynced at each run's end.
+The writes happen on one worker thread fed by a queue: a slow disk delays
+the file, never a stream.  A write that fails (a full disk) turns
+persistence off with one warning; the daemon goes on in memory.
+
+:meth:`SessionStore.load` reads the folder at start; a file that does not
+parse line by line (corrupt, truncated) is skipped with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import orjson
+
+__all__ = ["PersistedSession", "SessionStore"]
+
+logger = logging.getLogger("oma_bridge.server")
+
+FORMAT_VERSION = 1
+_SUFFIX = ".jsonl"
+
+
+@dataclass
+class PersistedSession:
+    """What a restart reads back of one agent."""
+
+    agent_id: str
+    profile: str
+    overrides: dict[str, Any]
+    created_at: float
+    entries: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    history: list[Any] | None = None
+    acp_session: str | None = None
+    path: Path | None = None
+
+
+_Op = tuple[str, str, bytes]
+
+
+class SessionStore:
+    """The sessions folder and its writer thread; see the module docstring."""
+
+    def __init__(self, folder: Path | None) -> None:
+        #: ``None``: persistence is off (``persist_sessions = false``, or it failed).
+        self.folder = folder
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._failed = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.folder is not None and not self._failed
+
+    # -- the loop's side: cheap, never blocking ------------------------------
+
+    def create(self, agent_id: str, profile: str, overrides: dict[str, Any]) -> None:
+        header = {
+            "v": FORMAT_VERSION,
+            "agentId": agent_id,
+            "profile": profile,
+            "overrides": overrides,
+            "createdAt": time.time(),
+        }
+        self._put("create", agent_id, header)
+
+    def write(self, agent_id: str, line: dict[str, Any]) -> None:
+        self._put("line", agent_id, line)
+
+    def sync(self, agent_id: str) -> None:
+        if self.enabled:
+            self._queue.put(("sync", agent_id, b""))
+
+    def remove(self, agent_id: str) -> None:
+        if self.folder is not None:
+            self._queue.put(("remove", agent_id, b""))
+
+    def _put(self, kind: str, agent_id: str, line: dict[str, Any]) -> None:
+        if self.enabled:
+            self._queue.put((kind, agent_id, orjson.dumps(line) + b"\n"))
+
+    def count(self) -> int:
+        """Session files on disk (``daemon/status``'s ``sessions``)."""
+        if self.folder is None:
+            return 0
+        try:
+            return sum(1 for path in self.folder.iterdir() if path.suffix == _SUFFIX)
+        except OSError:
+            return 0
+
+    # -- the worker ----------------------------------------------------------
+
+    async def run(self) -> None:
+        """Write until :meth:`close`; run it in the daemon's task group."""
+        if self.folder is None:
+            return
+        await anyio.to_thread.run_sync(self._work)
+
+    def close(self) -> None:
+        """Finish what is queued, then stop the worker."""
+        self._queue.put(None)
+
+    def _work(self) -> None:
+        assert self.folder is not None
+        files: dict[str, int] = {}
+        try:
+            while (op := self._queue.get()) is not None:
+                kind, agent_id, data = op
+                if self._failed and kind != "remove":
+                    continue
+                try:
+                    self._apply(files, kind, agent_id, data)
+                except OSError as error:
+                    self._fail(error)
+        finally:
+            for fd in files.values():
+                _close_quietly(fd)
+
+    def _apply(self, files: dict[str, int], kind: str, agent_id: str, data: bytes) -> None:
+        assert self.folder is not None
+        path = self.folder / f"{agent_id}{_SUFFIX}"
+        if kind == "remove":
+            fd = files.pop(agent_id, None)
+            if fd is not None:
+                _close_quietly(fd)
+            path.unlink(missing_ok=True)
+            return
+        fd = files.get(agent_id)
+        if fd is None:
+            if kind != "create" and not path.exists():
+                return  # removed meanwhile
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            files[agent_id] = fd
+        if kind == "sync":
+            os.fsync(fd)
+            return
+        try:
+            _write_all(fd, data)
+        except OSError:
+            if kind == "create":  # never leave a file without its header
+                _close_quietly(files.pop(agent_id))
+                path.unlink(missing_ok=True)
+            raise
+
+    def _fail(self, error: OSError) -> None:
+        if not self._failed:
+            self._failed = True
+            logger.warning(
+                "cannot write session files to %s (%s): sessions stay in memory only",
+                self.folder,
+                error.strerror or error,
+            )
+
+    # -- start-up ------------------------------------------------------------
+
+    def load(self) -> list[PersistedSession]:
+        """Every readable session of the folder (made 0700 if new); see the module docstring."""
+        if self.folder is None:
+            return []
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            paths = sorted(p for p in self.folder.iterdir() if p.suffix == _SUFFIX)
+        except OSError as error:
+            self._fail(error)
+            return []
+        sessions = []
+        for path in paths:
+            try:
+                sessions.append(_read(path))
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                logger.warning("skipping the session file %s: %s", path, error)
+        return sessions
+
+
+def _read(path: Path) -> PersistedSession:
+    lines = path.read_bytes().split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    else:
+        raise ValueError("it is truncated (its last line is incomplete)")
+    if not lines:
+        raise ValueError("it is empty")
+    try:
+        records = [orjson.loads(line) for line in lines]
+    except orjson.JSONDecodeError as error:
+        raise ValueError(f"it is not JSON lines ({error})") from None
+    header = records[0]
+    if not isinstance(header, dict) or header.get("v") != FORMAT_VERSION:
+        raise ValueError("its header is not a version-1 session header")
+    session = PersistedSession(
+        agent_id=str(header["agentId"]),
+        profile=str(header["profile"]),
+        overrides=dict(header["overrides"]),
+        created_at=float(header["createdAt"]),
+        path=path,
+    )
+    if f"{session.agent_id}{_SUFFIX}" != path.name:
+        raise ValueError("its header names another agent")
+    by_seq: dict[int, dict[str, Any]] = {}
+    for record in records[1:]:
+        if not isinstance(record, dict):
+            raise ValueError("a line is not an object")
+        if "entry" in record:
+            by_seq[int(record["seq"])] = dict(record["entry"])
+        elif "append" in record:
+            by_seq[int(record["seq"])]["event"]["data"] += str(record["append"])
+        elif "history" in record:
+            session.history = list(record["history"])
+        elif "acpSession" in record:
+            session.acp_session = str(record["acpSession"])
+        else:
+            raise ValueError(f"a line of an unknown kind: {sorted(record)}")
+    session.entries = sorted(by_seq.items())
+    return session
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)

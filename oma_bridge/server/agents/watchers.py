@@ -1,0 +1,98 @@
+"""``agent/watch``: a connection follows an agent's journal, caught up from a cursor.
+
+With ``afterSeq`` the entries after it are sent first, in order, before the
+answer; then a pump in the connection's task group sends each new entry as
+it is appended.  The pump keeps only a cursor (the last ``seq`` it sent) and
+reads the journal, so nothing is skipped or sent twice however entries keep
+arriving, and a slow watcher holds no memory of its own: its sends block,
+and the connection's send watchdog drops it after ``send_timeout_s`` as it
+drops any client that stops reading.  A watcher the journal's retention
+outruns (its next entry was dropped) is dropped the same way; coming back,
+it learns the oldest ``seq`` from ``CursorExpired``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from oma_bridge.errors import WireError
+from oma_bridge.server.agents.journal import Journal
+from oma_bridge.server.session import Session
+from oma_bridge.wire.codes import CURSOR_EXPIRED, invalid_params
+
+__all__ = ["Watcher", "check_cursor"]
+
+logger = logging.getLogger("oma_bridge.server")
+
+
+def check_cursor(journal: Journal, after_seq: int) -> None:
+    """-32013 for a cursor older than the retained entries, -32602 for one beyond the last."""
+    if after_seq > journal.last_seq:
+        raise invalid_params(
+            [
+                {
+                    "loc": ["afterSeq"],
+                    "msg": f"afterSeq {after_seq} is beyond the latest seq {journal.last_seq}",
+                    "type": "value_error",
+                }
+            ]
+        )
+    if after_seq < journal.oldest_seq - 1:
+        raise WireError(
+            CURSOR_EXPIRED,
+            f"Cursor expired: the oldest retained entry is seq {journal.oldest_seq}",
+            {"name": "CursorExpired", "oldestSeq": journal.oldest_seq},
+        )
+
+
+class Watcher:
+    """One connection watching one agent."""
+
+    def __init__(self, session: Session, agent_id: str, journal: Journal, cursor: int) -> None:
+        self.session = session
+        self.agent_id = agent_id
+        self.journal = journal
+        self.cursor = cursor
+        self.stopped = False
+        self._scope = anyio.CancelScope()
+
+    async def catch_up(self) -> None:
+        """Send every entry after the cursor, including those appended meanwhile."""
+        journal = self.journal
+        while self.cursor < journal.last_seq and not self.stopped:
+            if self.cursor < journal.oldest_seq - 1:
+                raise WireError(
+                    CURSOR_EXPIRED,
+                    f"Cursor expired: the oldest retained entry is seq {journal.oldest_seq}",
+                    {"name": "CursorExpired", "oldestSeq": journal.oldest_seq},
+                )
+            for entry in journal.after(self.cursor):
+                if self.stopped:
+                    return
+                wire = journal.take(entry)
+                await self.session.notify(
+                    "agent/event",
+                    {"agentId": self.agent_id, "seq": entry.seq, "entry": wire["entry"]},
+                )
+                self.cursor = entry.seq
+
+    async def pump(self) -> None:
+        """Follow the journal until :meth:`stop` or the connection ends."""
+        try:
+            with self._scope:
+                while not self.stopped and not self.session.closed:
+                    await self.journal.wait_beyond(self.cursor)
+                    await self.catch_up()
+        except WireError:
+            logger.warning(
+                "connection %s fell behind agent %s's journal; dropping it",
+                self.session.id,
+                self.agent_id,
+            )
+            self.session.drop()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._scope.cancel()

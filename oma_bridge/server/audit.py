@@ -1,0 +1,77 @@
+"""The audit log: who decided what, and what agents spawned, wrote and ran.
+
+``<state>/audit.jsonl`` (0600), one JSON object a line, appended and flushed
+as things happen: ``{"ts" (RFC 3339 UTC), "event", "agentId", "runId"?,
+"sessionId"?, ...}``.  Every string goes through the one redaction function
+first, so no secret reaches the file.  ``[server] audit_log = false`` turns
+it off.  The events and their fields are listed in ``docs/sessions.md``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from oma_bridge.redaction import redact
+
+__all__ = ["AuditLog", "decided_by_client"]
+
+logger = logging.getLogger("oma_bridge.server")
+
+AUDIT_NAME = "audit.jsonl"
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(item) for item in value]
+    return value
+
+
+def _now() -> str:
+    now = datetime.datetime.now(datetime.UTC)
+    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def decided_by_client(name: str, version: str, connection: str) -> dict[str, Any]:
+    """The ``decidedBy`` of a decision a connected client made."""
+    return {"client": {"name": name, "version": version}, "connection": connection}
+
+
+class AuditLog:
+    """Appends audit records; a no-op when ``path`` is ``None``."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._failed = False
+
+    def record(self, event: str, agent_id: str | None, **fields: Any) -> None:
+        """Append one record; ``None`` fields are left out."""
+        if self.path is None or self._failed:
+            return
+        line: dict[str, Any] = {"ts": _now(), "event": event, "agentId": agent_id}
+        line.update((key, value) for key, value in fields.items() if value is not None)
+        data = orjson.dumps(_redacted(line)) + b"\n"
+        try:
+            if self._fd is None:
+                self._fd = os.open(
+                    self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+                )
+            os.write(self._fd, data)  # one write per line: lines never interleave
+        except OSError as error:
+            self._failed = True
+            logger.warning("cannot write the audit log %s: %s", self.path, error.strerror)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
