@@ -231,17 +231,17 @@ def _normal(title: str) -> str:
 
 def _assign_ids(valid: list[tuple[int, TaskSpec]], issues: _Issues) -> dict[int, str]:
     ids: dict[int, str] = {}
-    seen: dict[str, int] = {}
+    seen: dict[str, TaskSpec] = {}
     for index, spec in valid:
         if spec.id is None:
             ids[index] = str(uuid.uuid4())
             continue
-        if spec.id in seen:
+        first = seen.setdefault(spec.id, spec)
+        if first is not spec:
             issues.add(
                 f'Task "{spec.title}"',
-                f'Duplicate task id "{spec.id}" (tasks[{seen[spec.id]}] and tasks[{index}]).',
+                f'Duplicate task id "{spec.id}" (tasks "{first.title}" and "{spec.title}").',
             )
-        seen.setdefault(spec.id, index)
         ids[index] = spec.id
     return ids
 
