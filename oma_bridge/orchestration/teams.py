@@ -169,6 +169,16 @@ def _member_info(agent: Agent) -> Member:
     return Member(agent.name, agent.kind, config.description, config.system_prompt)
 
 
+def _make(
+    oma: OpenMultiAgent, config: AgentConfig, permission_handler: PermissionHandler | None
+) -> Agent:
+    """An agent of the run (nothing starts until its first run)."""
+    try:
+        return Agent(oma._effective_config(config), permission_handler=permission_handler)
+    except ValueError as error:  # a config no agent can be made of (no model, say)
+        raise TeamError(f'member "{config.name}": {error}') from error
+
+
 def _coordinator(
     oma: OpenMultiAgent,
     given: AgentLike | None,
@@ -188,7 +198,7 @@ def _coordinator(
     roster = [_member_info(member) for member in members.values()]
     prompt = coordinator_system_prompt(roster, own=config.system_prompt)
     config = config.model_copy(update={"system_prompt": prompt, "history": ()})
-    agent = Agent(oma._effective_config(config), permission_handler=permission_handler)
+    agent = _make(oma, config, permission_handler)
     if agent.kind != "llm":
         raise TeamError(f'the coordinator "{agent.name}" must be an llm agent, not {agent.kind}')
     return agent
@@ -243,7 +253,7 @@ class _TeamRun:
             if isinstance(member, Agent):
                 agents[name] = member
             else:
-                agent = Agent(oma._effective_config(member), permission_handler=permission_handler)
+                agent = _make(oma, member, permission_handler)
                 agents[name] = agent
                 owned.append(agent)
         run = cls(oma, agents, run_id, max_token_budget, on_progress)

@@ -6,9 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
+from fake_llm_provider import FakeProvider, Turn
 
-from oma_bridge import OpenMultiAgent, TeamRunResult
+from oma_bridge import OpenMultiAgent, Team, TeamRunResult
+from oma_bridge.agent import AgentConfig
 
 from .helpers import Events, acp_member, kill_all, live_children, log_lines, shell, wait_gone
 
@@ -153,3 +156,63 @@ async def test_a_run_cancelled_before_it_starts_spawns_nothing(tmp_path: Path) -
     for task in result.tasks:
         if task.status == "cancelled":
             events.check_task_order(task.id, end="task_failed")
+
+
+async def test_cancelling_run_team_mid_way_skips_the_synthesis(
+    tmp_path: Path, openai_server: FakeProvider, api_key: str
+) -> None:
+    lead = AgentConfig(
+        name="lead",
+        provider="openai",
+        model="m",
+        base_url=openai_server.base_url,
+        api_key_env="OMA_TEST_KEY",
+    )
+    plan = [
+        {"title": "Hold", "description": "Hold.", "assignee": "p1"},
+        {"title": "Wait", "description": "WAIT", "assignee": "waiter"},
+        {"title": "Then", "description": "x", "assignee": "p3", "dependsOn": ["Hold"]},
+    ]
+    openai_server.turn(Turn(text=[orjson.dumps(plan).decode()]))
+    oma = OpenMultiAgent()
+    results: list[TeamRunResult] = []
+    pids: list[int] = []
+    team = Team(agents=_team(tmp_path), coordinator=lead)
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+
+                async def run() -> None:
+                    results.append(await oma.run_team(team, "Hold on.", run_id="team-4"))
+
+                group.start_soon(run)
+                await _until(
+                    lambda: (
+                        (tmp_path / "p1.pid").exists()
+                        and log_lines(tmp_path / "waiter.log", "prompt")
+                    )
+                )
+                pids = [_pid(tmp_path / "p1.pid")]
+                pids += [int(p) for p in log_lines(tmp_path / "waiter.log", "start")]
+                assert oma.cancel("team-4")
+        assert wait_gone(pids)
+        assert live_children() == []
+    finally:
+        kill_all(pids)
+    (result,) = results
+    assert [t.status for t in result.tasks] == ["cancelled", "cancelled", "skipped"]
+    assert result.status.code == "cancelled" and not result.success
+    assert len(openai_server.requests) == 1  # the plan only: no synthesis
+    assert result.output == "\n".join(
+        [
+            "## Skipped Tasks",
+            "### Then (SKIPPED)",
+            "Reason: Skipped: run aborted.",
+            "",
+            "## Cancelled Tasks",
+            "### Hold (CANCELLED)",
+            "Reason: Run cancelled by caller.",
+            "### Wait (CANCELLED)",
+            "Reason: Run cancelled by caller.",
+        ]
+    )

@@ -147,6 +147,8 @@ async def test_bad_rosters_and_options_are_refused(tmp_path: Path) -> None:
         await oma.run_tasks({"maker": maker}, [_task("A")], max_concurrency=0)
     with pytest.raises(TeamError, match='the coordinator "maker" must be an llm agent'):
         await oma.run_team(Team(agents={"maker": maker}, coordinator=maker), "goal")
+    with pytest.raises(TeamError, match=r'member "blank": .*needs a model'):
+        await oma.run_tasks({"blank": AgentConfig(name="blank")}, [])
     with pytest.raises(TeamError, match="at least one member"):
         await oma.run_team(Team(agents={}), "goal")
     assert not (tmp_path / "spawned").exists()
