@@ -45,8 +45,8 @@ from oma_bridge.orchestration.evaluation import (
 )
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.orchestration.outcome import TaskStatus, TeamRunResult, TeamTask
+from oma_bridge.orchestration.roster import Team
 from oma_bridge.orchestration.tasks import TaskSpec
-from oma_bridge.orchestration.teams import Team
 from oma_bridge.redaction import redact
 from oma_bridge.results import (
     AgentRunResult,

@@ -27,15 +27,10 @@ from oma_bridge.errors import CallbackError, CostBudgetExceededError, RunCancell
 from oma_bridge.messages import AgentRunInput, LLMMessage, copy_messages
 from oma_bridge.orchestration.evaluation import EvaluationConfig, OnlineEvaluator
 from oma_bridge.orchestration.outcome import TeamRunResult
+from oma_bridge.orchestration.roster import Roster, Team
 from oma_bridge.orchestration.scheduler import RunControl
 from oma_bridge.orchestration.tasks import TaskSpec
-from oma_bridge.orchestration.teams import (
-    DEFAULT_MAX_CONCURRENCY,
-    Roster,
-    Team,
-    run_tasks,
-    run_team,
-)
+from oma_bridge.orchestration.teams import DEFAULT_MAX_CONCURRENCY, run_tasks, run_team
 from oma_bridge.results import (
     AgentRunResult,
     ErrorInfo,

@@ -13,7 +13,15 @@ from typing import Any, Literal, TypeAlias
 
 from oma_bridge.results import AgentRunResult, RunStatus, TokenUsage
 
-__all__ = ["OUTPUT_SEPARATOR", "TaskStatus", "TeamRunResult", "TeamTask", "problem_sections"]
+__all__ = [
+    "OUTPUT_SEPARATOR",
+    "TaskStatus",
+    "TeamRunResult",
+    "TeamTask",
+    "combined_output",
+    "problem_sections",
+    "tasks_status",
+]
 
 TaskStatus: TypeAlias = Literal["pending", "running", "completed", "failed", "skipped", "cancelled"]
 
@@ -129,3 +137,43 @@ def _why(task: TeamTask) -> str:
     if task.result is not None and task.status != "skipped":
         return task.result.status.message or task.result.output or "unknown error"
     return task.reason or "unknown reason"
+
+
+def combined_output(tasks: Sequence[TeamTask]) -> str:
+    """The outputs of the completed tasks nothing depends on, then what went wrong.
+
+    Sink outputs (non-empty, plan order) are joined with the reference's
+    ``\\n\\n---\\n\\n``; tasks that did not complete follow in the synthesis
+    prompt's ``## Failed Tasks`` / ``## Skipped Tasks`` layout.
+    """
+    needed = {dep for task in tasks for dep in task.depends_on}
+    outputs = [
+        task.result.output
+        for task in tasks
+        if task.id not in needed
+        and task.status == "completed"
+        and task.result is not None
+        and task.result.output
+    ]
+    text = OUTPUT_SEPARATOR.join(outputs)
+    problems = problem_sections(tasks)
+    if not problems:
+        return text
+    return "\n".join([text, *problems]) if text else "\n".join(problems[1:])
+
+
+def tasks_status(tasks: Sequence[TeamTask]) -> RunStatus:
+    """``ok`` when every task completed, else ``error`` naming the failures."""
+    if all(task.status == "completed" for task in tasks):
+        return RunStatus("ok")
+    failed = [task for task in tasks if task.status == "failed"]
+    skipped = sum(task.status == "skipped" for task in tasks)
+    parts = []
+    for task in failed:
+        assert task.result is not None
+        parts.append(
+            f'Task "{task.title}" failed: {task.result.status.message or task.result.output}'
+        )
+    if skipped:
+        parts.append(f"{skipped} task(s) skipped")
+    return RunStatus("error", "; ".join(parts) or "Some tasks did not complete.")

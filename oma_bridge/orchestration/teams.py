@@ -2,8 +2,9 @@
 
 The entry points of ``OpenMultiAgent.run_tasks`` / ``run_team``
 (docs/teams.md has the semantics and the differences from the reference).
-Everything that can be refused is refused before anything runs: the text-only
-rule, the roster, the task graph.  Then one :class:`_TeamRun` owns the run:
+Everything that can be refused is refused before anything runs: the roster
+(:mod:`~oma_bridge.orchestration.roster`), the text-only rule, the task
+graph (:mod:`~oma_bridge.orchestration.tasks`).  Then one :class:`_TeamRun` owns the run:
 its agents (one per assignee, closed at the end when the run made them), its
 budget ledger, its :class:`~oma_bridge.orchestration.scheduler.RunControl`
 and its progress events.
@@ -14,12 +15,11 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from oma_bridge.agent import Agent, AgentConfig
+from oma_bridge.agent import Agent
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.errors import (
     CostBudgetExceededError,
@@ -33,15 +33,19 @@ from oma_bridge.orchestration.outcome import (
     OUTPUT_SEPARATOR,
     TeamRunResult,
     TeamTask,
-    problem_sections,
+    combined_output,
+    tasks_status,
 )
 from oma_bridge.orchestration.planner import read_plan
-from oma_bridge.orchestration.prompts import (
-    Member,
-    coordinator_system_prompt,
-    decomposition_prompt,
-    repair_prompt,
-    synthesis_prompt,
+from oma_bridge.orchestration.prompts import decomposition_prompt, repair_prompt, synthesis_prompt
+from oma_bridge.orchestration.roster import (
+    AgentLike,
+    Roster,
+    Team,
+    coordinator_agent,
+    make_agent,
+    member_info,
+    members_of,
 )
 from oma_bridge.orchestration.scheduler import RunControl, Scheduler
 from oma_bridge.orchestration.tasks import PlannedTask, TaskSpec, plan_tasks
@@ -50,27 +54,9 @@ from oma_bridge.results import AgentRunResult, RunIdentity, RunStatus, TokenUsag
 if TYPE_CHECKING:
     from oma_bridge.orchestration.orchestrator import OpenMultiAgent, ProgressCallback
 
-__all__ = ["AgentLike", "Roster", "Team", "run_tasks", "run_team"]
-
-#: A team member: a ready :class:`Agent` (yours, used as it is and left open)
-#: or an :class:`AgentConfig` (the run makes the agent and closes it).
-AgentLike: TypeAlias = Agent | AgentConfig
-#: Members by name, or a list of members named by their own ``name``.
-Roster: TypeAlias = Mapping[str, AgentLike] | Sequence[AgentLike]
+__all__ = ["DEFAULT_MAX_CONCURRENCY", "run_tasks", "run_team"]
 
 DEFAULT_MAX_CONCURRENCY = 4
-
-
-@dataclass(frozen=True)
-class Team:
-    """The members of a team and, for ``run_team``, its coordinator (an llm agent).
-
-    Without a coordinator, ``run_team`` makes one named ``coordinator`` from
-    the orchestrator's ``default_model`` / ``default_provider``.
-    """
-
-    agents: Roster
-    coordinator: AgentLike | None = None
 
 
 async def run_tasks(
@@ -85,7 +71,7 @@ async def run_tasks(
     permission_handler: PermissionHandler | None = None,
 ) -> TeamRunResult:
     """See :meth:`OpenMultiAgent.run_tasks`."""
-    members = _members(team.agents if isinstance(team, Team) else team)
+    members = members_of(team.agents if isinstance(team, Team) else team)
     planned = plan_tasks(list(tasks), members)
     _check_concurrency(max_concurrency)
     async with _TeamRun.open(
@@ -114,94 +100,24 @@ async def run_team(
         )
     if not isinstance(team, Team):
         raise TeamError("run_team takes a Team (its members and its coordinator)")
-    members = _members(team.agents)
+    members = members_of(team.agents)
     if not members:
         raise TeamError("a team needs at least one member")
     _check_concurrency(max_concurrency)
     async with _TeamRun.open(
         oma, members, run_id, max_token_budget, on_progress, permission_handler
     ) as run:
-        coordinator = run.adopt(_coordinator(oma, team.coordinator, run.agents, permission_handler))
-        return await run.team_result(coordinator, goal, max_concurrency)
-
-
-# ---------------------------------------------------------------------------
-# The roster
-
-
-def _members(roster: Roster) -> dict[str, AgentLike]:
-    """Members by name; a config under another name in a mapping takes the key."""
-    members: dict[str, AgentLike] = {}
-    if isinstance(roster, Mapping):
-        for name, member in roster.items():
-            _check_member(member, name)
-            if isinstance(member, AgentConfig) and member.name != name:
-                member = member.model_copy(update={"name": name})
-            elif isinstance(member, Agent) and member.name != name:
-                raise TeamError(f'roster key "{name}" holds an agent named "{member.name}"')
-            members[name] = member
-        return members
-    if isinstance(roster, str | bytes) or not isinstance(roster, Sequence):
-        raise TeamError("a roster is a mapping of names to agents, or a list of agents")
-    for member in roster:
-        _check_member(member, None)
-        if member.name in members:
-            raise TeamError(f'two members of the team are named "{member.name}"')
-        members[member.name] = member
-    return members
-
-
-def _check_member(member: object, name: str | None) -> None:
-    if not isinstance(member, Agent | AgentConfig):
-        where = f'"{name}"' if name is not None else "of the roster"
-        raise TeamError(
-            f"member {where} must be an Agent or an AgentConfig, got {type(member).__name__}"
+        coordinator = run.adopt(
+            coordinator_agent(
+                oma._effective_config, team.coordinator, run.agents, permission_handler
+            )
         )
+        return await run.team_result(coordinator, goal, max_concurrency)
 
 
 def _check_concurrency(limit: object) -> None:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise TeamError(f"max_concurrency must be an integer >= 1, got {limit!r}")
-
-
-def _member_info(agent: Agent) -> Member:
-    config = agent.config
-    return Member(agent.name, agent.kind, config.description, config.system_prompt)
-
-
-def _make(
-    oma: OpenMultiAgent, config: AgentConfig, permission_handler: PermissionHandler | None
-) -> Agent:
-    """An agent of the run (nothing starts until its first run)."""
-    try:
-        return Agent(oma._effective_config(config), permission_handler=permission_handler)
-    except ValueError as error:  # a config no agent can be made of (no model, say)
-        raise TeamError(f'member "{config.name}": {error}') from error
-
-
-def _coordinator(
-    oma: OpenMultiAgent,
-    given: AgentLike | None,
-    members: Mapping[str, Agent],
-    permission_handler: PermissionHandler | None,
-) -> Agent:
-    """A fresh coordinator agent whose system prompt carries the roster.
-
-    Its own system prompt (if any) replaces the preamble, as the reference's
-    ``coordinator.systemPrompt`` does; its history is dropped (a plan starts
-    from the goal alone).  An ``Agent`` given is used for its config only.
-    """
-    if isinstance(given, Agent):
-        config, permission_handler = given.config, given.permission_handler or permission_handler
-    else:
-        config = given if given is not None else AgentConfig(name="coordinator")
-    roster = [_member_info(member) for member in members.values()]
-    prompt = coordinator_system_prompt(roster, own=config.system_prompt)
-    config = config.model_copy(update={"system_prompt": prompt, "history": ()})
-    agent = _make(oma, config, permission_handler)
-    if agent.kind != "llm":
-        raise TeamError(f'the coordinator "{agent.name}" must be an llm agent, not {agent.kind}')
-    return agent
 
 
 # ---------------------------------------------------------------------------
@@ -253,7 +169,7 @@ class _TeamRun:
             if isinstance(member, Agent):
                 agents[name] = member
             else:
-                agent = _make(oma, member, permission_handler)
+                agent = make_agent(oma._effective_config, member, permission_handler)
                 agents[name] = agent
                 owned.append(agent)
         run = cls(oma, agents, run_id, max_token_budget, on_progress)
@@ -382,7 +298,7 @@ class _TeamRun:
 
     async def tasks_result(self, planned: list[PlannedTask], max_concurrency: int) -> TeamRunResult:
         tasks = await self.execute(planned, max_concurrency)
-        return self._result(tasks, combined_output(tasks), _tasks_status(tasks, self.control))
+        return self._result(tasks, combined_output(tasks), tasks_status(tasks))
 
     async def team_result(
         self, coordinator: Agent, goal: str, max_concurrency: int
@@ -391,7 +307,7 @@ class _TeamRun:
         if isinstance(planned, TeamRunResult):
             return planned
         tasks = await self.execute(planned, max_concurrency)
-        status = _tasks_status(tasks, self.control)
+        status = tasks_status(tasks)
         if self.control.stop_code is not None:  # cancelled or over budget: no synthesis
             return self._result(tasks, combined_output(tasks), status)
         prompt = synthesis_prompt(goal, tasks)
@@ -424,7 +340,7 @@ class _TeamRun:
 
     async def _plan(self, coordinator: Agent, goal: str) -> list[PlannedTask] | TeamRunResult:
         """The coordinator's plan, after one correction round if it needs one."""
-        members = [_member_info(agent) for agent in self.agents.values()]
+        members = [member_info(agent) for agent in self.agents.values()]
         prompt = decomposition_prompt(goal, members)
         messages = [text_message(prompt)]
         for phase in ("decomposition", "repair"):
@@ -456,42 +372,3 @@ class _TeamRun:
             status=status,
             coordinator=list(self.coordinator_results),
         )
-
-
-def combined_output(tasks: Sequence[TeamTask]) -> str:
-    """The outputs of the completed tasks nothing depends on, then what went wrong.
-
-    Sink outputs (non-empty, plan order) are joined with the reference's
-    ``\\n\\n---\\n\\n``; tasks that did not complete follow in the synthesis
-    prompt's ``## Failed Tasks`` / ``## Skipped Tasks`` layout.
-    """
-    needed = {dep for task in tasks for dep in task.depends_on}
-    outputs = [
-        task.result.output
-        for task in tasks
-        if task.id not in needed
-        and task.status == "completed"
-        and task.result is not None
-        and task.result.output
-    ]
-    text = OUTPUT_SEPARATOR.join(outputs)
-    problems = problem_sections(tasks)
-    if not problems:
-        return text
-    return "\n".join([text, *problems]) if text else "\n".join(problems[1:])
-
-
-def _tasks_status(tasks: Sequence[TeamTask], control: RunControl) -> RunStatus:
-    if all(task.status == "completed" for task in tasks):
-        return RunStatus("ok")
-    failed = [task for task in tasks if task.status == "failed"]
-    skipped = sum(task.status == "skipped" for task in tasks)
-    parts = []
-    for task in failed:
-        assert task.result is not None
-        parts.append(
-            f'Task "{task.title}" failed: {task.result.status.message or task.result.output}'
-        )
-    if skipped:
-        parts.append(f"{skipped} task(s) skipped")
-    return RunStatus("error", "; ".join(parts) or "Some tasks did not complete.")
