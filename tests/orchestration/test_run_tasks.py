@@ -248,6 +248,7 @@ async def test_terminal_failures_are_not_retried(
 
 async def test_an_empty_task_list_succeeds_and_opens_nothing() -> None:
     events = Events()
-    result = await OpenMultiAgent(on_progress=events).run_tasks({}, [])
+    with anyio.fail_after(10):
+        result = await OpenMultiAgent(on_progress=events).run_tasks({}, [])
     assert result.success and result.tasks == [] and result.output == ""
     assert events.all == []

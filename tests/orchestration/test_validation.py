@@ -89,7 +89,7 @@ async def test_bad_task_graphs_are_refused_naming_the_task(
     assert not oma.is_live("any")
 
 
-async def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
+def test_every_problem_is_listed_at_once() -> None:
     with pytest.raises(TaskGraphError) as caught:
         plan_tasks([_task("A", "ghost"), _task("B", dependsOn=["Q"]), _task("a")], {"maker"})
     assert caught.value.issues == [
@@ -101,57 +101,60 @@ async def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
 
 
 async def test_structured_description_is_refused_before_anything(tmp_path: Path) -> None:
-    events = Events()
-    oma = OpenMultiAgent(on_progress=events)
-    tasks: list[Any] = [_task("Fine"), {**_task("Rich", "coder"), "description": STRUCTURED}]
-    with pytest.raises(InvalidMessageError) as caught:
-        await oma.run_tasks(_team(tmp_path), tasks)
-    assert caught.value.code == "INVALID_MESSAGE"
-    assert caught.value.path == "tasks[1].description"
-    assert str(caught.value).startswith('Task "Rich": description must be a string (got list)')
-    spec = TaskSpec(title="Typed", description=STRUCTURED, assignee="maker")  # type: ignore[arg-type]
-    with pytest.raises(InvalidMessageError, match="team runs are text-only"):
-        await oma.run_tasks(_team(tmp_path), [spec])
-    _nothing_ran(tmp_path, events)
+    with anyio.fail_after(10):
+        events = Events()
+        oma = OpenMultiAgent(on_progress=events)
+        tasks: list[Any] = [_task("Fine"), {**_task("Rich", "coder"), "description": STRUCTURED}]
+        with pytest.raises(InvalidMessageError) as caught:
+            await oma.run_tasks(_team(tmp_path), tasks)
+        assert caught.value.code == "INVALID_MESSAGE"
+        assert caught.value.path == "tasks[1].description"
+        assert str(caught.value).startswith('Task "Rich": description must be a string (got list)')
+        spec = TaskSpec(title="Typed", description=STRUCTURED, assignee="maker")  # type: ignore[arg-type]
+        with pytest.raises(InvalidMessageError, match="team runs are text-only"):
+            await oma.run_tasks(_team(tmp_path), [spec])
+        _nothing_ran(tmp_path, events)
 
 
 async def test_structured_goal_is_refused_before_anything(
     tmp_path: Path, openai_server: FakeProvider, api_key: str
 ) -> None:
-    events = Events()
-    oma = OpenMultiAgent(on_progress=events)
-    lead = AgentConfig(
-        name="lead",
-        provider="openai",
-        model="m",
-        base_url=openai_server.base_url,
-        api_key_env="OMA_TEST_KEY",
-    )
-    team = Team(agents=_team(tmp_path), coordinator=lead)
-    for goal in (STRUCTURED, [{"type": "text", "text": "hi"}], []):
-        with pytest.raises(InvalidMessageError) as caught:
-            await oma.run_team(team, goal)  # type: ignore[arg-type]
-        assert caught.value.path == "goal"
-    assert openai_server.requests == []
-    _nothing_ran(tmp_path, events)
+    with anyio.fail_after(10):
+        events = Events()
+        oma = OpenMultiAgent(on_progress=events)
+        lead = AgentConfig(
+            name="lead",
+            provider="openai",
+            model="m",
+            base_url=openai_server.base_url,
+            api_key_env="OMA_TEST_KEY",
+        )
+        team = Team(agents=_team(tmp_path), coordinator=lead)
+        for goal in (STRUCTURED, [{"type": "text", "text": "hi"}], []):
+            with pytest.raises(InvalidMessageError) as caught:
+                await oma.run_team(team, goal)  # type: ignore[arg-type]
+            assert caught.value.path == "goal"
+        assert openai_server.requests == []
+        _nothing_ran(tmp_path, events)
 
 
 async def test_bad_rosters_and_options_are_refused(tmp_path: Path) -> None:
-    oma = OpenMultiAgent()
-    maker = shell("maker", "cat", tmp_path)
-    with pytest.raises(TeamError, match='two members of the team are named "maker"'):
-        await oma.run_tasks([maker, maker], [])
-    with pytest.raises(TeamError, match="must be an Agent or an AgentConfig"):
-        await oma.run_tasks({"x": "cat"}, [])  # type: ignore[dict-item]
-    with pytest.raises(TeamError, match="max_concurrency must be an integer >= 1"):
-        await oma.run_tasks({"maker": maker}, [_task("A")], max_concurrency=0)
-    with pytest.raises(TeamError, match='the coordinator "maker" must be an llm agent'):
-        await oma.run_team(Team(agents={"maker": maker}, coordinator=maker), "goal")
-    with pytest.raises(TeamError, match=r'member "blank": .*needs a model'):
-        await oma.run_tasks({"blank": AgentConfig(name="blank")}, [])
-    with pytest.raises(TeamError, match="at least one member"):
-        await oma.run_team(Team(agents={}), "goal")
-    assert not (tmp_path / "spawned").exists()
+    with anyio.fail_after(10):
+        oma = OpenMultiAgent()
+        maker = shell("maker", "cat", tmp_path)
+        with pytest.raises(TeamError, match='two members of the team are named "maker"'):
+            await oma.run_tasks([maker, maker], [])
+        with pytest.raises(TeamError, match="must be an Agent or an AgentConfig"):
+            await oma.run_tasks({"x": "cat"}, [])  # type: ignore[dict-item]
+        with pytest.raises(TeamError, match="max_concurrency must be an integer >= 1"):
+            await oma.run_tasks({"maker": maker}, [_task("A")], max_concurrency=0)
+        with pytest.raises(TeamError, match='the coordinator "maker" must be an llm agent'):
+            await oma.run_team(Team(agents={"maker": maker}, coordinator=maker), "goal")
+        with pytest.raises(TeamError, match=r'member "blank": .*needs a model'):
+            await oma.run_tasks({"blank": AgentConfig(name="blank")}, [])
+        with pytest.raises(TeamError, match="at least one member"):
+            await oma.run_team(Team(agents={}), "goal")
+        assert not (tmp_path / "spawned").exists()
 
 
 def test_json_is_found_as_the_reference_finds_it() -> None:
