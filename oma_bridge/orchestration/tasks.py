@@ -114,6 +114,8 @@ def plan_tasks(tasks: Sequence[object], roster: Collection[str]) -> list[Planned
     a duplicate title or id, an unknown or ambiguous ``dependsOn``, a
     self-dependency, a cycle, a missing or unknown assignee.
     """
+    if isinstance(tasks, str | bytes | Mapping) or not isinstance(tasks, Sequence):
+        raise TaskGraphError([f"tasks must be a list, got {type(tasks).__name__}."], [])
     check_text_only(tasks)
     issues = _Issues()
     specs = [_spec(task, index, issues) for index, task in enumerate(tasks)]

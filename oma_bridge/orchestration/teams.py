@@ -72,8 +72,8 @@ async def run_tasks(
 ) -> TeamRunResult:
     """See :meth:`OpenMultiAgent.run_tasks`."""
     members = members_of(team.agents if isinstance(team, Team) else team)
-    planned = plan_tasks(list(tasks), members)
     _check_concurrency(max_concurrency)
+    planned = plan_tasks(tasks, members)
     async with _TeamRun.open(
         oma, members, run_id, max_token_budget, on_progress, permission_handler
     ) as run:
@@ -92,18 +92,18 @@ async def run_team(
     permission_handler: PermissionHandler | None = None,
 ) -> TeamRunResult:
     """See :meth:`OpenMultiAgent.run_team`."""
-    if not isinstance(goal, str):
-        raise InvalidMessageError(
-            f"goal must be a string (got {type(goal).__name__}); team runs are text-only, "
-            "structured messages or content blocks cannot be forwarded to team members",
-            path="goal",
-        )
     if not isinstance(team, Team):
         raise TeamError("run_team takes a Team (its members and its coordinator)")
     members = members_of(team.agents)
     if not members:
         raise TeamError("a team needs at least one member")
     _check_concurrency(max_concurrency)
+    if not isinstance(goal, str):
+        raise InvalidMessageError(
+            f"goal must be a string (got {type(goal).__name__}); team runs are text-only, "
+            "structured messages or content blocks cannot be forwarded to team members",
+            path="goal",
+        )
     async with _TeamRun.open(
         oma, members, run_id, max_token_budget, on_progress, permission_handler
     ) as run:

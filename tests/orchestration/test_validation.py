@@ -152,6 +152,8 @@ async def test_bad_rosters_and_options_are_refused(tmp_path: Path) -> None:
             await oma.run_team(Team(agents={"maker": maker}, coordinator=maker), "goal")
         with pytest.raises(TeamError, match=r'member "blank": .*needs a model'):
             await oma.run_tasks({"blank": AgentConfig(name="blank")}, [])
+        with pytest.raises(TaskGraphError, match="tasks must be a list, got dict"):
+            await oma.run_tasks({"maker": maker}, _task("A"))  # type: ignore[arg-type]
         with pytest.raises(TeamError, match="at least one member"):
             await oma.run_team(Team(agents={}), "goal")
         assert not (tmp_path / "spawned").exists()
