@@ -22,6 +22,8 @@ from oma_bridge.errors import (
     ProviderError,
     RunCancelledError,
     RunTimeoutError,
+    TaskGraphError,
+    TeamError,
     TokenBudgetExceededError,
     is_retryable,
 )
@@ -42,6 +44,9 @@ from oma_bridge.orchestration.evaluation import (
     Score,
 )
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
+from oma_bridge.orchestration.outcome import TaskStatus, TeamRunResult, TeamTask
+from oma_bridge.orchestration.roster import Team
+from oma_bridge.orchestration.tasks import TaskSpec
 from oma_bridge.redaction import redact
 from oma_bridge.results import (
     AgentRunResult,
@@ -86,6 +91,13 @@ __all__ = [
     "RunTimeoutError",
     "Score",
     "StreamEvent",
+    "TaskGraphError",
+    "TaskSpec",
+    "TaskStatus",
+    "Team",
+    "TeamError",
+    "TeamRunResult",
+    "TeamTask",
     "TokenBudgetExceededError",
     "TokenUsage",
     "ToolCallRecord",

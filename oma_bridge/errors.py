@@ -28,6 +28,8 @@ __all__ = [
     "RunCancelledError",
     "RunTimeoutError",
     "StructuredOutputValidationError",
+    "TaskGraphError",
+    "TeamError",
     "TokenBudgetExceededError",
     "UnsupportedToolCallError",
     "UnsupportedToolResultContentError",
@@ -198,6 +200,29 @@ class WireError(OMAError):
         super().__init__(message)
         self.rpc_code = code
         self.data = data
+
+
+class TeamError(ValueError):
+    """A team run refused before anything ran: a bad roster, a bad option.
+
+    A ``ValueError`` rather than an :class:`OMAError`: it is the caller's
+    argument that is wrong, not a run that failed (the daemon answers it
+    with -32602).  :class:`TaskGraphError` is the case of bad tasks.
+    """
+
+
+class TaskGraphError(TeamError):
+    """Tasks that cannot run as given: a bad shape, a duplicate title or id,
+    an unknown ``dependsOn`` or assignee, a cycle.
+
+    ``issues`` lists every problem found (each names its task); the message
+    joins them.  ``tasks`` holds the titles (or ``tasks[i]``) of the tasks named.
+    """
+
+    def __init__(self, issues: list[str], tasks: list[str]) -> None:
+        super().__init__(" ".join(issues))
+        self.issues = list(issues)
+        self.tasks = list(tasks)
 
 
 _RETRYABLE_HTTP_4XX = frozenset({408, 409, 429})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from oma_bridge.errors import OMAError
+from oma_bridge.errors import OMAError, is_retryable
 from oma_bridge.messages import LLMMessage
 from oma_bridge.redaction import redact
 
@@ -103,12 +103,17 @@ class ErrorInfo:
     code: str | None = None
     name: str | None = None
     message: str | None = None
+    #: :func:`~oma_bridge.errors.is_retryable` of the error, when it was known
+    #: (team runs retry on it); ``None`` for an info read from the wire, which
+    #: does not carry it.
+    retryable: bool | None = None
 
     @classmethod
     def from_error(cls, kind: ErrorKind, error: BaseException) -> ErrorInfo:
+        retryable = is_retryable(error)
         if isinstance(error, OMAError):
-            return cls(kind=kind, code=error.code, name=error.name, message=error.message)
-        return cls(kind=kind, name=type(error).__name__, message=str(error))
+            return cls(kind, error.code, error.name, error.message, retryable)
+        return cls(kind=kind, name=type(error).__name__, message=str(error), retryable=retryable)
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"kind": self.kind}
