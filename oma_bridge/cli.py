@@ -52,6 +52,22 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "--image", action="append", default=[], type=Path, metavar="FILE", help="attach an image"
     )
     run.add_argument("--system", metavar="S", help="system prompt for this run")
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the run, print its agent and run ids, and leave it running",
+    )
+
+    watch = commands.add_parser("watch", help="print a live agent's text as it streams")
+    watch.add_argument("agent_id", metavar="AGENT_ID", help="an agent id (see `oma-bridge status`)")
+    watch.add_argument(
+        "--after-seq", type=int, metavar="N", help="replay the journal after entry N first"
+    )
+
+    audit = commands.add_parser("audit", help="show the audit log as a table")
+    audit.add_argument("--follow", action="store_true", help="keep printing new records")
+    audit.add_argument("--agent", metavar="ID", help="only the records of this agent")
+    audit.add_argument("--file", type=Path, help="the audit log (default: the state folder's)")
     return parser, {"serve": serve, "run": run}
 
 
@@ -240,6 +256,9 @@ async def _run(args: argparse.Namespace) -> int:
     from oma_bridge.client import connect
     from oma_bridge.errors import InvalidMessageError
 
+    if args.detach and args.stream:
+        print("oma-bridge: --detach and --stream do not go together", file=sys.stderr)
+        return EXIT_INVALID
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     try:
         run_input = _run_input(prompt, args.image)
@@ -250,6 +269,10 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         async with connect(client_name="oma-bridge-cli") as client:
             agent = await client.open(args.agent, **overrides)
+            if args.detach:
+                run_id = await _detach(client, agent.agent_id, run_input)
+                print(f"{agent.agent_id} {run_id}")
+                return 0
             try:
                 if args.stream:
                     stream = agent.stream(run_input)
@@ -276,6 +299,100 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _detach(client: Any, agent_id: str, run_input: Any) -> str:
+    """Start a run that goes on after this connection closes; return once the daemon has it."""
+    import uuid
+
+    run_id = uuid.uuid4().hex
+    params = {"agentId": agent_id, "input": run_input, "runId": run_id, "onDisconnect": "continue"}
+    await client.peer.start_request("agent/run", params)
+    # The request is on its way; the daemon owns the run once it is queued
+    # (a live run) or already finished (its result is in the journal).
+    with anyio.fail_after(10):
+        while True:
+            status = await client.status()
+            if any(run["runId"] == run_id for run in status["runs"]):
+                return run_id
+            try:
+                await client.request("run/result", {"runId": run_id})
+                return run_id
+            except Exception:  # not known yet (-32011), or still running (-32014)
+                await anyio.sleep(0.01)
+
+
+async def _watch(args: argparse.Namespace) -> int:
+    from oma_bridge.client import connect
+
+    async with connect(client_name="oma-bridge-cli") as client:
+        async for item in client.watch(args.agent_id, after_seq=args.after_seq):
+            text = item.text
+            if text is not None:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            elif item.entry.get("type") == "run_end":
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+    return 0
+
+
+async def _audit(args: argparse.Namespace) -> int:
+    import orjson
+
+    from oma_bridge.paths import default_state_dir
+
+    path = args.file or default_state_dir() / "audit.jsonl"
+    header = ["TIME", "EVENT", "AGENT", "RUN", "DETAIL"]
+    offset = 0
+    printed_header = False
+    while True:
+        try:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            data = b""
+            if not args.follow:
+                print(f"oma-bridge: no audit log at {path}", file=sys.stderr)
+                return EXIT_FAILED
+        complete = data[: data.rfind(b"\n") + 1]
+        offset += len(complete)
+        rows = []
+        for line in complete.splitlines():
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if args.agent is None or record.get("agentId") == args.agent:
+                rows.append(_audit_row(record))
+        if rows or not printed_header:
+            table = _table(header, rows).splitlines()
+            print("\n".join(table if not printed_header else table[1:]), flush=True)
+            printed_header = True
+        if not args.follow:
+            return 0
+        await anyio.sleep(0.5)
+
+
+def _audit_row(record: dict[str, Any]) -> list[str]:
+    known = {"ts", "event", "agentId", "runId"}
+    detail = " ".join(f"{key}={_short(value)}" for key, value in record.items() if key not in known)
+    return [
+        str(record.get("ts", "")),
+        str(record.get("event", "")),
+        str(record.get("agentId") or "-"),
+        str(record.get("runId") or "-"),
+        detail,
+    ]
+
+
+def _short(value: Any) -> str:
+    import orjson
+
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
 def _run_input(prompt: str, images: Sequence[Path]) -> Any:
     """A string, or one user message with the prompt and the images (structured input)."""
     if not images:
@@ -295,7 +412,13 @@ def _run_input(prompt: str, images: Sequence[Path]) -> Any:
     return [{"role": "user", "content": content}]
 
 
-_CLIENT_COMMANDS = {"agents": _agents, "status": _status, "run": _run}
+_CLIENT_COMMANDS = {
+    "agents": _agents,
+    "status": _status,
+    "run": _run,
+    "watch": _watch,
+    "audit": _audit,
+}
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

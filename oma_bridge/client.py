@@ -40,7 +40,7 @@ from oma_bridge.callbacks import invoke
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir
 from oma_bridge.results import AgentRunResult, StreamEvent
-from oma_bridge.rpc import Peer
+from oma_bridge.rpc import ConnectionClosedError, Peer, unwrap_single_error
 from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "DaemonNotRunningError",
     "DaemonUnavailableError",
     "Discovery",
+    "JournalEntry",
     "RemoteAgent",
     "connect",
     "find_daemon",
@@ -173,6 +174,37 @@ class RemoteAgent:
     async def cancel(self, run_id: str) -> bool:
         return await self.client.cancel(run_id)
 
+    def watch(self, *, after_seq: int | None = None) -> AsyncIterator[JournalEntry]:
+        """The agent's journal entries after ``after_seq`` (default: from now), then live ones.
+
+        It reconnects by itself when the connection drops and resumes after
+        the last ``seq`` it yielded, so a dropped connection costs no entry.
+        """
+        return self.client.watch(self.agent_id, after_seq=after_seq)
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One ``agent/event``: an entry of an agent's journal (``docs/sessions.md``)."""
+
+    agent_id: str
+    seq: int
+    #: ``{"type": "run_start" | "event" | "run_end" | "update" | "note", ...}``
+    entry: dict[str, Any]
+
+    @property
+    def text(self) -> str | None:
+        """The text of a ``text`` stream event, else ``None``."""
+        event = self.entry.get("event")
+        if (
+            self.entry.get("type") == "event"
+            and isinstance(event, dict)
+            and event.get("type") == "text"
+            and isinstance(event.get("data"), str)
+        ):
+            return str(event["data"])
+        return None
+
 
 class RemoteStream:
     """The events of one ``agent/stream`` call, in wire order."""
@@ -245,6 +277,9 @@ class Client:
         self._agents: dict[str, RemoteAgent] = {}
         self._streams: dict[str, MemoryObjectSendStream[StreamEvent]] = {}
         self._progress: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        self._watches: dict[str, MemoryObjectSendStream[JournalEntry]] = {}
+        #: How :func:`connect` reached the daemon: what :meth:`watch` reconnects with.
+        self.connect_options: dict[str, Any] = {}
 
     async def request(self, method: str, params: Any = None) -> Any:
         try:
@@ -338,6 +373,55 @@ class Client:
         finally:
             self._progress.pop(run_id, None)
 
+    async def watch(
+        self, agent_id: str, *, after_seq: int | None = None, retry_s: float = 0.2
+    ) -> AsyncIterator[JournalEntry]:
+        """Follow ``agent_id``'s journal; see :meth:`RemoteAgent.watch`.
+
+        Each (re)connection is a connection of its own, made with this
+        client's :attr:`connect_options`.  An ``afterSeq`` the daemon no longer
+        holds raises :class:`DaemonError` (``CursorExpired``, with
+        ``oldestSeq`` in its data).
+        """
+        cursor = after_seq
+        while True:
+            try:
+                with unwrap_single_error():
+                    async with connect(**self.connect_options) as watcher:
+                        async for item in watcher._watch_here(agent_id, cursor):
+                            cursor = item.seq
+                            yield item
+            except (DaemonNotRunningError, ConnectionClosedError, ConnectionClosed, OSError):
+                await anyio.sleep(retry_s)  # the daemon restarts, or the network came back
+
+    async def _watch_here(
+        self, agent_id: str, after_seq: int | None
+    ) -> AsyncIterator[JournalEntry]:
+        send, receive = anyio.create_memory_object_stream[JournalEntry](math.inf)
+        self._watches[agent_id] = send
+        params: dict[str, Any] = {"agentId": agent_id}
+        if after_seq is not None:
+            params["afterSeq"] = after_seq
+        try:
+            call = await self.peer.start_request("agent/watch", params)
+
+            async def ended() -> None:
+                await self.peer.closed.wait()
+                send.close()
+
+            async with anyio.create_task_group() as tg, receive:
+                tg.start_soon(ended)
+                try:
+                    await call.wait()
+                except WireError as error:
+                    _raise_for(error)
+                async for item in receive:
+                    yield item
+                tg.cancel_scope.cancel()
+        finally:
+            self._watches.pop(agent_id, None)
+        raise ConnectionClosedError("the watch connection closed")
+
     # -- requests and notifications from the daemon -------------------------
 
     async def _on_notification(self, method: str, params: Any) -> None:
@@ -350,6 +434,11 @@ class Client:
             if event.get("type") == "done":
                 data = AgentRunResult.from_wire(data)
             self._streams[run_id].send_nowait(StreamEvent(str(event.get("type")), data))  # type: ignore[arg-type]  # the daemon's word
+        elif method == "agent/event" and params.get("agentId") in self._watches:
+            watch = self._watches[str(params["agentId"])]
+            entry = params.get("entry")
+            if isinstance(entry, dict) and isinstance(params.get("seq"), int):
+                watch.send_nowait(JournalEntry(str(params["agentId"]), params["seq"], entry))
         elif method == "oma/progress" and run_id in self._progress:
             with contextlib.suppress(Exception):
                 await invoke(self._progress[run_id], params.get("event"))
@@ -446,6 +535,14 @@ async def connect(
             cancel_param="id",
         )
         client = Client(peer, permission_handler, declare_hooks)
+        client.connect_options = {
+            "socket": socket,
+            "url": url,
+            "token": token,
+            "permission_handler": permission_handler,
+            "client_name": client_name,
+            "declare_hooks": declare_hooks,
+        }
         async with peer:
             await client._initialize(client_name)
             yield client
