@@ -51,6 +51,8 @@ mode = os.environ.get("FAKE_NPM_MODE", "ok")
 if mode == "fail":
     print("npm error code E404")
     print("npm error 404 Not Found - GET https://registry.example/nope - Not found")
+    print("npm error")
+    print("npm error If you are behind a proxy, please make sure that the 'proxy' config is set.")
     print("npm error A complete log of this run can be found in: /tmp/x.log")
     sys.exit(1)
 if mode == "hang":
@@ -130,12 +132,29 @@ def test_failed_install_says_why_and_leaves_no_marker(
         install_package(PKG, root=tmp_path)
     message = str(failure.value)
     assert "npm install --prefix" in message and "@scope/fake@1.2.3" in message
-    assert message.endswith(
-        "npm error 404 Not Found - GET https://registry.example/nope - Not found"
-    )
+    assert message.endswith("E404: 404 Not Found - GET https://registry.example/nope - Not found")
     assert not (tmp_path / "scope+fake-1.2.3").exists()
     monkeypatch.setenv("FAKE_NPM_MODE", "ok")  # a later session retries, and succeeds
     assert (install_package(PKG, root=tmp_path) / npm_peers.MARKER).is_file()
+
+
+def test_error_summary_of_an_unreachable_registry() -> None:
+    output = """npm error code ECONNREFUSED
+npm error syscall connect
+npm error errno ECONNREFUSED
+npm error FetchError: request to http://127.0.0.1:9/x failed, reason: connect ECONNREFUSED
+npm error     at ClientRequest.<anonymous> (/usr/lib/node_modules/npm/index.js:130:14)
+npm error   code: 'ECONNREFUSED',
+npm error }
+npm error
+npm error If you are behind a proxy, please make sure that the 'proxy' config is set properly.
+npm error A complete log of this run can be found in: /tmp/npm.log
+"""
+    assert npm_peers._error_summary(output) == (
+        "ECONNREFUSED: FetchError: request to http://127.0.0.1:9/x failed, "
+        "reason: connect ECONNREFUSED"
+    )
+    assert npm_peers._error_summary("boom\nlast words\n") == "last words"
 
 
 def test_install_that_leaves_no_package_fails(

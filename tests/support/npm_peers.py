@@ -133,19 +133,33 @@ def _locked(path: Path, timeout_s: float) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _last_error_line(output: str) -> str:
-    """The most telling line of npm's output: its last ``npm error`` line, else the last line."""
+def _error_summary(output: str) -> str:
+    """The telling part of npm's output: ``<code>: <first descriptive error line>``.
+
+    npm's *last* lines are generic (a proxy hint, the debug log's path), so the
+    summary takes the ``npm error code`` line and the first line that describes
+    the error (``404 Not Found - GET ...``, ``FetchError: ... ECONNREFUSED``).
+    """
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [
-        line
-        for line in lines
-        if line.startswith(("npm error", "npm ERR!")) and "complete log" not in line
-    ]
-    return (errors or lines or ["(no output)"])[-1]
+    errors = [line.split(" ", 2)[2] for line in lines if line.startswith("npm error ")]
+    code = next((e.removeprefix("code ") for e in errors if e.startswith("code ")), None)
+    generic = ("code ", "syscall ", "errno ", "at ", "{", "}", "A complete log", "If you are")
+    detail = next((e for e in errors if not e.startswith(generic)), None)
+    if detail is None:
+        return lines[-1] if lines else "(no output)"
+    return f"{code}: {detail}" if code else detail
 
 
 def _run_npm(command: list[str], cwd: Path, timeout_s: float) -> None:
     env = {**os.environ, "npm_config_update_notifier": "false"}
+    # One quick retry rather than npm's default two with 10-60 s back-off: without a
+    # registry, a test session skips in seconds instead of minutes. The env can override.
+    for key, value in (
+        ("npm_config_fetch_retries", "1"),
+        ("npm_config_fetch_retry_mintimeout", "2000"),
+        ("npm_config_fetch_retry_maxtimeout", "10000"),
+    ):
+        env.setdefault(key, value)
     process = subprocess.Popen(
         command,
         cwd=cwd,
@@ -165,7 +179,7 @@ def _run_npm(command: list[str], cwd: Path, timeout_s: float) -> None:
     if process.returncode != 0:
         text = output.decode(errors="replace")
         raise NpmUnavailable(
-            f"`{' '.join(command)}` failed (exit {process.returncode}): {_last_error_line(text)}"
+            f"`{' '.join(command)}` failed (exit {process.returncode}): {_error_summary(text)}"
         )
 
 
@@ -291,7 +305,7 @@ def _acpx_start_problem(command: list[str]) -> str | None:
     node_version = subprocess.run(
         [command[0], "--version"], capture_output=True, text=True, check=False
     ).stdout.strip()
-    tail = _last_error_line(done.stderr + done.stdout)
+    tail = _error_summary(done.stderr + done.stdout)
     return (
         f"{ACPX.spec} does not start on node {node_version} (it declares node >= 22.13.0): "
         f"`{' '.join(command)} --version` exit {done.returncode}: {tail}"
