@@ -28,17 +28,21 @@
 //   cancel {sessionId?}   list {cwd?, cursor?}   close {sessionId?}
 //   request {method, params}   notify {method, params}   sleep {ms}
 //   wait                  (await the steps started with "wait": false)
+//   until {type, method?, sessionUpdate?, count?: 1}   (wait until that many such lines were
+//                         printed, counting from the start: e.g. a permission request arrived)
 //   reconnect             (close the connection, and the agent if spawned; open a new one)
 //
 // Output, one JSON object per line on stdout, in the order things happened:
 //   {"type":"update","sessionId","update"}          every session/update, raw as received
 //   {"type":"response","method","id","result"|"error"}   every response to our requests, raw
-//   {"type":"request","method","id","params"}       every request from the agent, raw
+//   {"type":"request","method","id","params"}       every request from the agent, raw (only
+//                                                   session/request_permission is served;
+//                                                   the rest get -32601)
 //   {"type":"permission","toolCallId","outcome"}    how a permission request was answered
 //   {"type":"withdrawn","method","id"}              a held request the agent withdrew
 //   {"type":"notification","method","params"}      any other notification
 //   {"type":"cancel_sent","sessionId","afterChunks"}
-//   {"type":"step","index","op","ok","error"?}      after each step
+//   {"type":"step","index","op","ok","error"?,"code"?}   after each step (code: JSON-RPC)
 //   {"type":"agent_exit","code","signal"}           the spawned agent ended
 //   {"type":"done","ok"} at the end (exit 0 if every step succeeded, else 1),
 //   or {"type":"fatal","error"} (exit 2).
@@ -49,7 +53,13 @@ import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
-const out = (line) => process.stdout.write(JSON.stringify(line) + "\n");
+const printed = []; // every line so far, for "until"
+const waiters = new Set();
+const out = (line) => {
+  process.stdout.write(JSON.stringify(line) + "\n");
+  printed.push(line);
+  for (const waiter of waiters) waiter();
+};
 const fatal = (error) => {
   out({ type: "fatal", error: String(error?.stack ?? error) });
   stopAgent().finally(() => process.exit(2));
@@ -284,6 +294,21 @@ const ops = {
   request: (step) => connection.agent.request(step.method, step.params ?? {}),
   notify: (step) => connection.agent.notify(step.method, step.params ?? {}),
   sleep: (step) => new Promise((resolve) => setTimeout(resolve, step.ms ?? 0)),
+  until: (step) =>
+    new Promise((resolve) => {
+      const matches = (line) =>
+        line.type === step.type &&
+        (step.method === undefined || line.method === step.method) &&
+        (step.sessionUpdate === undefined || line.update?.sessionUpdate === step.sessionUpdate);
+      const check = () => {
+        if (printed.filter(matches).length >= (step.count ?? 1)) {
+          waiters.delete(check);
+          resolve();
+        }
+      };
+      waiters.add(check);
+      check();
+    }),
   reconnect: async () => {
     await stopAgent();
     await connect();
