@@ -1,19 +1,18 @@
 """The ACP backend against an agent on the official TypeScript SDK.
 
-Needs node and ``@agentclientprotocol/sdk`` installed locally (tests never
-reach the network): ``npm install --prefix ~/.cache/oma-bridge/acp-ts-sdk
-@agentclientprotocol/sdk@2.4.0``, or point ``OMA_ACP_TS_SDK_DIR`` at another
-folder holding it.  Skipped, with that reason, when either is missing.
+Needs node and ``@agentclientprotocol/sdk`` 2.4.0, which the ``acp_ts_sdk``
+fixture installs once into the npm test cache (``tests/support/npm_peers.py``;
+``OMA_ACP_TS_SDK_DIR`` may name a folder installed by hand instead). Skipped,
+with the reason, when node, npm or the registry is not there.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import anyio
 import pytest
+from support.npm_peers import require_node
 
 from oma_bridge.backends.acp import AcpBackend, AcpConfig
 
@@ -21,35 +20,24 @@ from .helpers import AGENTS, Recorder, context, run_text
 
 pytestmark = pytest.mark.anyio
 
-SDK_DIR = Path(
-    os.environ.get("OMA_ACP_TS_SDK_DIR", Path.home() / ".cache" / "oma-bridge" / "acp-ts-sdk")
-)
-NODE = shutil.which("node")
-HAVE_SDK = (SDK_DIR / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json").exists()
 
-if NODE is None or not HAVE_SDK:
-    pytest.skip(
-        f"node or @agentclientprotocol/sdk not installed in {SDK_DIR} "
-        "(npm install --prefix <dir> @agentclientprotocol/sdk@2.4.0)",
-        allow_module_level=True,
-    )
-
-
-def ts_config(tmp_path: Path, **overrides: object) -> AcpConfig:
-    assert NODE is not None
+def ts_config(tmp_path: Path, sdk_dir: Path, **overrides: object) -> AcpConfig:
     return AcpConfig(
-        command=NODE,
+        command=require_node(),
         args=(str(AGENTS / "acp_ts_agent.mjs"),),
         cwd=tmp_path,
-        env={"OMA_ACP_TS_SDK_DIR": str(SDK_DIR)},
+        env={"OMA_ACP_TS_SDK_DIR": str(sdk_dir)},
         stop_grace_s=1.0,
         cancel_grace_s=3.0,
         **overrides,  # type: ignore[arg-type]
     )
 
 
-async def test_typescript_agent_streams_shares_session_and_asks(tmp_path: Path) -> None:
-    backend = AcpBackend(ts_config(tmp_path, permission="auto-approve"), agent_name="ts")
+async def test_typescript_agent_streams_shares_session_and_asks(
+    tmp_path: Path, acp_ts_sdk: Path
+) -> None:
+    config = ts_config(tmp_path, acp_ts_sdk, permission="auto-approve")
+    backend = AcpBackend(config, agent_name="ts")
     try:
         with anyio.fail_after(30):
             first, rec = await run_text(backend, "echo from node", system_prompt="Sys.")
@@ -63,8 +51,8 @@ async def test_typescript_agent_streams_shares_session_and_asks(tmp_path: Path) 
         await backend.aclose()
 
 
-async def test_typescript_agent_cancel(tmp_path: Path) -> None:
-    backend = AcpBackend(ts_config(tmp_path), agent_name="ts")
+async def test_typescript_agent_cancel(tmp_path: Path, acp_ts_sdk: Path) -> None:
+    backend = AcpBackend(ts_config(tmp_path, acp_ts_sdk), agent_name="ts")
     recorder = Recorder()
     try:
         with anyio.fail_after(30):
