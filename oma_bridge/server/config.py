@@ -161,6 +161,10 @@ class ServerSection(_Frozen):
     journal_max_events: PositiveInt = 10_000
     journal_max_bytes: PositiveInt = 16 * MIB
     audit_log: StrictBool = True
+    #: Where ``cwd = "client"`` profiles may run: a client's folder must be inside one.
+    workspace_roots: tuple[ConfigPath, ...] = Field(default_factory=lambda: (Path.home(),))
+    #: The profile of ``GET /acp`` sessions that name none in ``session/new``.
+    acp_default_profile: NonEmptyStr | None = None
 
     @field_validator("socket", mode="before")
     @classmethod
@@ -233,7 +237,9 @@ class _ExternalProfile(_ProfileBase):
     #: The daemon's secret variables this agent may still see (see
     #: :meth:`ServerConfig.secret_variables`), taken from the daemon's environment.
     pass_env: tuple[NonEmptyStr, ...] = ()
-    cwd: ConfigPath | None = None
+    #: A folder, or ``"client"``: an ACP client's ``session/new`` cwd (inside
+    #: ``workspace_roots``); unset, the daemon's own working folder.
+    cwd: Literal["client"] | ConfigPath | None = None
 
     @field_validator("command")
     @classmethod
@@ -268,6 +274,8 @@ class AcpProfile(_ExternalProfile):
     #: event (fewer, larger events; far higher relay throughput).  Off by
     #: default: one event per ``agent_message_chunk``, as OMA streams them.
     coalesce_text: StrictBool = False
+    #: Forward an ACP client's ``mcpServers`` to the agent's ``session/new``.
+    client_mcp_servers: StrictBool = False
 
 
 AgentProfile: TypeAlias = Annotated[

@@ -35,4 +35,5 @@ kind = "acp"
 description = "A small offline ACP agent shipped with oma-bridge"
 command = "@python"
 args = ["-m", "oma_bridge.demo.acp_agent"]
+cwd = "client"
 """

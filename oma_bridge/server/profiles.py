@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from oma_bridge.agent import AgentConfig
@@ -72,7 +73,7 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
 
         process = ProcessConfig(
             **external,
-            cwd=str(profile.cwd) if profile.cwd is not None else None,
+            cwd=str(profile.cwd) if isinstance(profile.cwd, Path) else None,
             input=profile.input,
             stop_grace_s=server.stop_grace_s
             if profile.stop_grace_s is None
@@ -88,7 +89,7 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
 
     acp = AcpConfig(
         **external,
-        cwd=profile.cwd,
+        cwd=profile.cwd if isinstance(profile.cwd, Path) else None,
         permission=profile.permission,
         fs=profile.fs,
         terminal=profile.terminal,
