@@ -444,6 +444,13 @@ def _uses_tls(url: str) -> bool:
     return url[:6].lower() == "wss://"
 
 
+def _check_url(url: str, ca_file: Path | str | None) -> None:
+    if not (_uses_tls(url) or url[:5].lower() == "ws://"):
+        raise ConnectOptionError(f"not a ws:// or wss:// URL: {url}")
+    if ca_file is not None and not _uses_tls(url):
+        raise ConnectOptionError(f"ca_file is for wss:// URLs; {url} does not use TLS")
+
+
 def _tls_failure(url: str, error: ssl.SSLError) -> DaemonTLSError:
     if isinstance(error, ssl.SSLCertVerificationError):
         return DaemonTLSError(
@@ -487,8 +494,8 @@ async def connect(
         raise ConnectOptionError("give token or token_file, not both")
     if token_file is not None:
         token = read_token_file(token_file)
-    if url is not None and ca_file is not None and not _uses_tls(url):
-        raise ConnectOptionError(f"ca_file is for wss:// URLs; {url} does not use TLS")
+    if url is not None:
+        _check_url(url, ca_file)
     if socket is None and url is None:
         discovery = find_daemon(discovery_dir)
         socket, url = discovery.socket, discovery.url
