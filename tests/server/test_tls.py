@@ -25,6 +25,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidMessage
 
 from oma_bridge.client import (
+    ConnectOptionError,
     DaemonNotRunningError,
     DaemonTLSError,
     client_ssl_context,
@@ -339,3 +340,24 @@ async def test_readyz_answers_ready_without_auth_and_reveals_nothing(short_dir: 
         assert await raw_http(running, "/readyz?verbose=1", host="evil.test:1") == (200, "ready")
         assert (await raw_http(running, "/readyz", method="POST"))[0] == 404
         assert (await raw_http(running, "/readyz/x"))[0] == 404
+
+
+# --- client arguments -------------------------------------------------------
+
+
+async def test_connect_refuses_arguments_that_cannot_work(short_dir: Path) -> None:
+    blank = short_dir / "blank"
+    blank.write_text("  \n")
+    url = "wss://127.0.0.1:1/"  # never reached: every case fails before connecting
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"token": "t" * 40, "token_file": blank}, "give token or token_file, not both"),
+        ({"token_file": blank}, f"the token file {blank} is empty"),
+        ({"token_file": short_dir / "none"}, f"cannot read the token file {short_dir / 'none'}"),
+        ({"ca_file": short_dir / "none.pem"}, f"cannot read the CA file {short_dir / 'none.pem'}"),
+        ({"ca_file": blank}, f"the CA file {blank} holds no PEM certificate"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ConnectOptionError) as caught:
+            async with connect(url=url, **options):
+                pass
+        assert str(caught.value).startswith(message), options
