@@ -1,9 +1,11 @@
 """The ``oma-bridge`` command line: ``serve``, ``agents``, ``run``, ``status``.
 
-Every command but ``serve`` finds the daemon through its discovery file and
-says so plainly when none is running.  Exit codes: 0 success, 1 a failed
+Every command but ``serve`` finds the daemon through its discovery file, or
+at ``--url`` (with ``--token-file`` and ``--ca-file``: :func:`client_options`),
+and says so plainly when none answers.  Exit codes: 0 success, 1 a failed
 run or a daemon that cannot start, 2 bad input (usage, config,
-``InvalidMessageError``), 3 no daemon to talk to.
+``InvalidMessageError``), 3 no daemon to talk to (a TLS handshake that
+fails included).  No output ever carries the token.
 """
 
 from __future__ import annotations
@@ -14,16 +16,47 @@ import mimetypes
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from oma_bridge._version import __version__
 from oma_bridge.wire.codes import FORBIDDEN, INVALID_PARAMS, NOT_FOUND
 
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+    from oma_bridge.client import Client
+
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_NO_DAEMON = 3
+
+
+def client_options() -> argparse.ArgumentParser:
+    """The options of every command that talks to a daemon: which one, and how to trust it.
+
+    A parent parser (``parents=[client_options()]``), so that every such
+    command takes the same three; without ``--url`` the local daemon's
+    discovery file says where it is and gives its token.
+    """
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group("reaching a daemon that is not local")
+    group.add_argument(
+        "--url",
+        metavar="URL",
+        help="the daemon's TCP listener, e.g. wss://host:7878/ (default: the local daemon)",
+    )
+    group.add_argument(
+        "--token-file", type=Path, metavar="FILE", help="a file that holds the daemon's token"
+    )
+    group.add_argument(
+        "--ca-file",
+        type=Path,
+        metavar="CA",
+        help="PEM certificate of the CA to trust for wss:// (default: the system's CAs)",
+    )
+    return options
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -41,10 +74,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     serve.add_argument("--tcp", metavar="HOST:PORT", help="also listen on TCP (token required)")
     serve.add_argument("--log-format", choices=("text", "json"), default="text")
 
-    commands.add_parser("agents", help="list the daemon's agent profiles")
-    commands.add_parser("status", help="show agents, runs and processes")
+    remote = client_options()
+    commands.add_parser("agents", help="list the daemon's agent profiles", parents=[remote])
+    commands.add_parser("status", help="show agents, runs and processes", parents=[remote])
 
-    run = commands.add_parser("run", help="run an agent once and print its output")
+    run = commands.add_parser(
+        "run", help="run an agent once and print its output", parents=[remote]
+    )
     run.add_argument("agent", help="a profile name (see `oma-bridge agents`)")
     run.add_argument("prompt", nargs="?", default="-", help='the prompt, or "-" to read stdin')
     run.add_argument("--stream", action="store_true", help="print text as it arrives")
@@ -84,10 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         return _serve(args)
-    from oma_bridge.client import DaemonError, DaemonNotRunningError
+    from oma_bridge.client import ConnectOptionError, DaemonError, DaemonNotRunningError
 
     try:
         return anyio.run(_CLIENT_COMMANDS[args.command], args)
+    except ConnectOptionError as error:  # --url, --token-file or --ca-file that cannot work
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID
     except DaemonNotRunningError as error:
         print(f"oma-bridge: {error}", file=sys.stderr)
         return EXIT_NO_DAEMON
@@ -198,10 +237,20 @@ def _wait_for_children_in_the_loop() -> None:
 # client commands
 
 
-async def _agents(args: argparse.Namespace) -> int:
+def _connect(args: argparse.Namespace) -> AbstractAsyncContextManager[Client]:
+    """``connect()`` to the daemon the command line names (the local one by default)."""
     from oma_bridge.client import connect
 
-    async with connect(client_name="oma-bridge-cli") as client:
+    return connect(
+        client_name="oma-bridge-cli",
+        url=args.url,
+        token_file=args.token_file,
+        ca_file=args.ca_file,
+    )
+
+
+async def _agents(args: argparse.Namespace) -> int:
+    async with _connect(args) as client:
         agents = await client.list_agents()
     rows = [[a["name"], a["kind"], a.get("model", ""), a.get("description", "")] for a in agents]
     print(_table(["NAME", "KIND", "MODEL", "DESCRIPTION"], rows) if rows else "no agents")
@@ -209,9 +258,7 @@ async def _agents(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    from oma_bridge.client import connect
-
-    async with connect(client_name="oma-bridge-cli") as client:
+    async with _connect(args) as client:
         status = await client.status()
     print(
         f"oma-bridge {status['version']}: up {status['uptimeS']:.0f}s, "
@@ -253,7 +300,6 @@ async def _status(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from oma_bridge.client import connect
     from oma_bridge.errors import InvalidMessageError
 
     if args.detach and args.stream:
@@ -267,7 +313,7 @@ async def _run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     overrides = {"systemPrompt": args.system} if args.system is not None else {}
     try:
-        async with connect(client_name="oma-bridge-cli") as client:
+        async with _connect(args) as client:
             agent = await client.open(args.agent, **overrides)
             if args.detach:
                 run_id = await _detach(client, agent.agent_id, run_input)

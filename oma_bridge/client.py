@@ -8,6 +8,12 @@
         async for event in agent.stream("hello again"):
             print(event.type, event.data)
 
+A daemon that is not local (PROTOCOL §17) is reached by its TCP listener::
+
+    async with connect(url="wss://bridge.example:7878/", token_file="token",
+                       ca_file="ca.pem") as client:   # ca_file: else the system's CAs
+        ...
+
 Hooks and permission prompts are plain callables: ``client.open(profile,
 before_run=fn, after_run=fn)`` and ``connect(permission_handler=fn)``; the
 client answers the daemon's ``hook/*`` and ``permission/request`` requests
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +39,7 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from oma_bridge._version import __version__
 from oma_bridge.backends import PermissionHandler, PermissionOption, PermissionRequest
@@ -45,14 +52,18 @@ from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
 
 __all__ = [
     "Client",
+    "ConnectOptionError",
     "DaemonError",
     "DaemonNotRunningError",
+    "DaemonTLSError",
     "DaemonUnavailableError",
     "Discovery",
     "JournalEntry",
     "RemoteAgent",
+    "client_ssl_context",
     "connect",
     "find_daemon",
+    "read_token_file",
 ]
 
 
@@ -62,6 +73,14 @@ class DaemonNotRunningError(RuntimeError):
 
 class DaemonUnavailableError(DaemonNotRunningError):
     """The daemon answered the connection with an HTTP error (a 503, say)."""
+
+
+class DaemonTLSError(DaemonNotRunningError):
+    """The TLS handshake with the daemon failed (most often: its certificate is not trusted)."""
+
+
+class ConnectOptionError(ValueError):
+    """Arguments of :func:`connect` that cannot work (an unreadable token or CA file, say)."""
 
 
 class DaemonError(WireError):
@@ -478,12 +497,70 @@ class Client:
         return {"outcome": {"outcome": "selected", "optionId": choice}}
 
 
+def read_token_file(path: Path | str) -> str:
+    """The token in ``path``: its content with surrounding whitespace stripped (PROTOCOL §11.29)."""
+    try:
+        token = Path(path).read_text(encoding="ascii").strip()
+    except OSError as error:
+        raise ConnectOptionError(
+            f"cannot read the token file {path}: {error.strerror or error}"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConnectOptionError(f"the token file {path} is not ASCII") from None
+    if not token:
+        raise ConnectOptionError(f"the token file {path} is empty")
+    return token
+
+
+def client_ssl_context(ca_file: Path | str | None = None) -> ssl.SSLContext:
+    """The TLS context of a ``wss://`` connection: it trusts ``ca_file``, else the system's CAs.
+
+    The daemon's certificate is verified and must name the URL's host.
+    """
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except ssl.SSLError:
+        raise ConnectOptionError(f"the CA file {ca_file} holds no PEM certificate") from None
+    except OSError as error:
+        raise ConnectOptionError(
+            f"cannot read the CA file {ca_file}: {error.strerror or error}"
+        ) from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def _uses_tls(url: str) -> bool:
+    return url[:6].lower() == "wss://"
+
+
+def _check_url(url: str, ca_file: Path | str | None) -> None:
+    if not (_uses_tls(url) or url[:5].lower() == "ws://"):
+        raise ConnectOptionError(f"not a ws:// or wss:// URL: {url}")
+    if ca_file is not None and not _uses_tls(url):
+        raise ConnectOptionError(f"ca_file is for wss:// URLs; {url} does not use TLS")
+
+
+def _tls_failure(url: str, error: ssl.SSLError) -> DaemonTLSError:
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return DaemonTLSError(
+            f"cannot verify the TLS certificate of the daemon at {url}: "
+            f"{error.verify_message or error.reason}; trust the CA that signed it "
+            "with ca_file (the CLI's --ca-file)"
+        )
+    return DaemonTLSError(
+        f"the TLS handshake with the daemon at {url} failed: {error.reason or error} "
+        "(is it a ws:// listener, without TLS?)"
+    )
+
+
 @contextlib.asynccontextmanager
 async def connect(
     *,
     socket: Path | str | None = None,
     url: str | None = None,
     token: str | None = None,
+    token_file: Path | str | None = None,
+    ca_file: Path | str | None = None,
     discovery_dir: Path | str | None = None,
     permission_handler: PermissionHandler | None = None,
     client_name: str = "oma-bridge-client",
@@ -492,9 +569,22 @@ async def connect(
     """Connect and ``initialize``.  With neither ``socket`` nor ``url``, the
     discovery file says where the daemon is (and gives its token).
 
+    ``url`` is the daemon's TCP listener, ``ws://`` or ``wss://`` (TLS); the
+    token comes from ``token`` or ``token_file`` (its content, stripped),
+    else from the discovery file when that is used.  A ``wss://`` connection
+    trusts ``ca_file`` (PEM), else the system's CAs.  Bad arguments raise
+    :class:`ConnectOptionError`; a failed TLS handshake
+    :class:`DaemonTLSError`.  No message carries the token.
+
     ``declare_hooks`` are the hooks this connection offers to serve
     (both by default); permission prompts are declared when a
     ``permission_handler`` is given."""
+    if token is not None and token_file is not None:
+        raise ConnectOptionError("give token or token_file, not both")
+    if token_file is not None:
+        token = read_token_file(token_file)
+    if url is not None:
+        _check_url(url, ca_file)
     if socket is None and url is None:
         discovery = find_daemon(discovery_dir)
         socket, url = discovery.socket, discovery.url
@@ -506,20 +596,31 @@ async def connect(
         "max_size": None,
         "open_timeout": 10,
     }
+    if socket is None and url is not None and _uses_tls(url):
+        options["ssl"] = client_ssl_context(ca_file)
+    where = str(socket or url)
     try:
         if socket is not None:
             websocket = await unix_connect(str(socket), "ws://localhost/", **options)
         else:
             assert url is not None
             websocket = await ws_connect(url, **options)
+    except InvalidURI as error:
+        raise ConnectOptionError(f"not a ws:// or wss:// URL: {error.uri}") from None
     except InvalidStatus as error:  # it runs, but said no (503: out of file descriptors)
         body = error.response.body.decode("utf-8", "replace").strip() if error.response.body else ""
         raise DaemonUnavailableError(
-            f"the daemon at {socket or url} refused the connection: "
+            f"the daemon at {where} refused the connection: "
             f"HTTP {error.response.status_code}" + (f": {body}" if body else "")
         ) from None
+    except ssl.SSLError as error:  # before OSError, which it is
+        raise _tls_failure(where, error) from None
+    except InvalidHandshake as error:  # an answer that is not HTTP: a TLS listener, say
+        hint = "" if _uses_tls(where) or socket is not None else "; a TLS listener needs wss://"
+        raise DaemonNotRunningError(
+            f"cannot connect to the daemon at {where}: {error}{hint}"
+        ) from None
     except (OSError, ConnectionClosed) as error:
-        where = socket or url
         raise DaemonNotRunningError(f"cannot connect to the daemon at {where}: {error}") from None
     async with websocket:
         client: Client

@@ -1,12 +1,17 @@
 """The daemon's entry point: :func:`serve`.
 
-Start-up, in order: read the token (``token_file`` or a fresh one), take the
-runtime folder (0700, lock file), bind every listener, and only then write
-the discovery file and report readiness.  Shutdown (:meth:`RunningServer.stop`,
+Start-up, in order: load the TLS pair (``tls_cert``/``tls_key``) and refuse
+a listener beyond this machine without it, read the token (``token_file`` or
+a fresh one), take the runtime folder (0700, lock file), bind every
+listener, and only then write the discovery file and report readiness
+(``GET /readyz``: ``ready``).  Shutdown (:meth:`RunningServer.stop`,
 SIGTERM/SIGINT with ``handle_signals``, or cancelling the caller's scope):
-remove the discovery file, close the listeners and every connection (1001,
-which cancels the runs they started), wait at most ``stop_grace_s``, remove
-the socket file and release the folder.
+``/readyz`` says ``stopping`` at once; remove the discovery file, close every
+connection (1001, which cancels the runs they started) and wait at most
+``stop_grace_s`` + 1 s for their handlers, await the caller's ``drain``, and
+only then close the listening sockets, remove the socket file and release
+the folder.  Until that last step ``/healthz`` and ``/readyz`` keep
+answering, so that an orchestrator sees the stop while it drains.
 
 Usage from a task group (tests, the CLI)::
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +42,14 @@ from oma_bridge.server.gateway import Gateway
 from oma_bridge.server.listeners import (
     ConnectionSlots,
     Listener,
+    LiveConnections,
     hold_runtime_dir,
     open_tcp_listener,
     open_unix_listener,
 )
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.session import Session
+from oma_bridge.server.tls import check_remote_listener, server_ssl_context
 from oma_bridge.wire.params import NoParams, parse_params
 
 __all__ = ["RunningServer", "serve"]
@@ -60,10 +68,15 @@ class RunningServer:
     gateway: Gateway
     token: str = field(repr=False)
     _slots: ConnectionSlots = field(repr=False)
+    _policy: RequestPolicy = field(repr=False)
     _stopping: anyio.Event = field(default_factory=anyio.Event, repr=False)
 
     def stop(self) -> None:
-        """Ask for a clean shutdown; :func:`serve` returns once it is done."""
+        """Ask for a clean shutdown; :func:`serve` returns once it is done.
+
+        ``/readyz`` answers ``stopping`` from this call on, before anything closes.
+        """
+        self._policy.readiness = "stopping"
         self._stopping.set()
 
     async def wait_stopping(self) -> None:
@@ -93,17 +106,23 @@ async def serve(
     *,
     methods: MethodRegistry | None = None,
     handle_signals: bool = False,
+    drain: Callable[[], Awaitable[None]] | None = None,
     task_status: anyio.abc.TaskStatus[RunningServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until stopped; see the module docstring.
 
     ``methods`` are the wire methods beyond the built-in ``agents/list``.
     ``handle_signals`` turns SIGTERM and SIGINT into a clean stop (main
-    thread only).  Start-up failures raise
-    :class:`~oma_bridge.server.config.ConfigError` (the token file) or
+    thread only).  ``drain`` is awaited at the stop once every connection
+    is closed, while ``/readyz`` still answers ``stopping`` (the daemon ends
+    its agents there).  Start-up failures raise
+    :class:`~oma_bridge.server.config.ConfigError` (the TLS pair, a remote
+    listener without TLS, the token file) or
     :class:`~oma_bridge.server.listeners.StartupError`, before readiness.
     """
     settings = config.server
+    ssl_context = server_ssl_context(config)
+    check_remote_listener(config, tls=ssl_context is not None)
     token = load_token(config)
     registry = MethodRegistry()
     gateway = Gateway(config, registry)
@@ -112,9 +131,11 @@ async def serve(
         registry.include(methods)
     policy = RequestPolicy(token, settings)
     slots = ConnectionSlots(settings.max_connections)
+    live = LiveConnections()
     options: dict[str, Any] = {
         "policy": policy,
         "slots": slots,
+        "live": live,
         "max_message_bytes": settings.max_message_bytes,
     }
     folder = settings.discovery_dir
@@ -127,7 +148,9 @@ async def serve(
                 )
             if settings.tcp is not None:
                 listeners.append(
-                    await open_tcp_listener(settings.tcp, gateway.handler("tcp"), **options)
+                    await open_tcp_listener(
+                        settings.tcp, gateway.handler("tcp"), ssl_context=ssl_context, **options
+                    )
                 )
             tcp = next((listener for listener in listeners if listener.kind == "tcp"), None)
             url = tcp.url if tcp is not None else None
@@ -141,7 +164,9 @@ async def serve(
                     gateway=gateway,
                     token=token,
                     _slots=slots,
+                    _policy=policy,
                 )
+                policy.readiness = "ready"
                 logger.info(
                     "oma-bridge ready: socket %s, tcp %s, discovery %s",
                     settings.socket,
@@ -151,10 +176,11 @@ async def serve(
                 task_status.started(running)
                 await _wait_for_stop(running, handle_signals)
             finally:
+                policy.readiness = "stopping"  # also when the caller's scope was cancelled
                 remove_discovery(discovery)
         finally:
             with anyio.CancelScope(shield=True):
-                await _close(listeners, settings.stop_grace_s)
+                await _close(listeners, live, settings.stop_grace_s, drain)
     logger.info("oma-bridge stopped")
 
 
@@ -176,13 +202,28 @@ async def _wait_for_stop(running: RunningServer, handle_signals: bool) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _close(listeners: list[Listener], grace: float) -> None:
-    for listener in listeners:
-        listener.server.close(close_connections=True)
+async def _close(
+    listeners: list[Listener],
+    live: LiveConnections,
+    grace: float,
+    drain: Callable[[], Awaitable[None]] | None,
+) -> None:
+    # Connections first, listening sockets last: in between, the runs of the
+    # closed connections end and the caller drains, while /healthz and
+    # /readyz still answer and new upgrades get 503 (the policy).
     with anyio.move_on_after(grace + 1.0):
+        await live.close()
+    try:
+        if drain is not None:
+            await drain()
+    finally:
         for listener in listeners:
-            await listener.server.wait_closed()
-    for listener in listeners:
-        if listener.path is not None:
-            with contextlib.suppress(OSError):
-                listener.path.unlink()
+            listener.server.close(close_connections=True)
+        # Only handlers that outlived their grace are left: no long wait for them.
+        with anyio.move_on_after(1.0):
+            for listener in listeners:
+                await listener.server.wait_closed()
+        for listener in listeners:
+            if listener.path is not None:
+                with contextlib.suppress(OSError):
+                    listener.path.unlink()

@@ -4,8 +4,10 @@
 headers and says what to answer (:class:`Answer`), or ``None`` to let the
 upgrade go on.  The order of the checks, first match wins:
 
-1. ``GET /healthz`` → 200 ``ok``, no authentication, nothing else revealed
-   (any other method on it is a plain request: 404);
+1. ``GET /healthz`` → 200 ``ok`` (the process is alive) and ``GET /readyz``
+   → 200 ``ready`` once every listener is bound, 503 ``stopping`` from the
+   moment a stop begins (503 ``starting`` before): no authentication,
+   nothing else revealed (any other method on them is a plain request: 404);
 2. a ``token`` in the query string → 400, even a correct one: a token in a
    URL ends up in histories and proxy logs, so the client is told loudly
    whatever else the request is;
@@ -19,7 +21,8 @@ upgrade go on.  The order of the checks, first match wins:
 7. the token, by ``Authorization: Bearer`` or by subprotocol, compared with
    :func:`hmac.compare_digest`: required on TCP, and on the unix socket when
    ``require_token_on_unix`` is set; a credential that is presented is
-   always checked, even where none is required → 401.
+   always checked, even where none is required → 401;
+8. an upgrade while the daemon is stopping → 503.
 
 The connection limit (503) comes after these, in the listener, so that only
 authenticated clients learn that the daemon is busy.  Rejection bodies are the
@@ -33,7 +36,6 @@ import hmac
 import ipaddress
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Literal
@@ -44,12 +46,14 @@ from websockets.exceptions import InvalidHeader
 from websockets.headers import parse_subprotocol
 
 from oma_bridge.server.config import ServerConfig, ServerSection
+from oma_bridge.server.private_file import open_private_file
 from oma_bridge.wire.codes import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL
 
 __all__ = [
     "MIN_TOKEN_LENGTH",
     "Answer",
     "ListenerKind",
+    "Readiness",
     "RequestPolicy",
     "generate_token",
     "load_token",
@@ -58,8 +62,11 @@ __all__ = [
 
 MIN_TOKEN_LENGTH = 32
 HEALTHZ_PATH = "/healthz"
+READYZ_PATH = "/readyz"
 
 ListenerKind = Literal["unix", "tcp"]
+#: What ``GET /readyz`` says: ``ready`` between start-up and the stop.
+Readiness = Literal["starting", "ready", "stopping"]
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -78,6 +85,11 @@ class Answer:
 
 
 HEALTHY = Answer(HTTPStatus.OK, "ok", "health check")
+_READINESS: dict[Readiness, Answer] = {
+    "starting": Answer(HTTPStatus.SERVICE_UNAVAILABLE, "starting", "readiness check"),
+    "ready": Answer(HTTPStatus.OK, "ready", "readiness check"),
+    "stopping": Answer(HTTPStatus.SERVICE_UNAVAILABLE, "stopping", "readiness check"),
+}
 
 
 def generate_token() -> str:
@@ -97,23 +109,8 @@ def load_token(config: ServerConfig) -> str:
     if path is None:
         return generate_token()
     key = "server.token_file"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise config.error(key, f"cannot open {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise config.error(key, f"{path} is not a regular file")
-        if info.st_uid != os.getuid():
-            raise config.error(key, f"{path} belongs to another user")
-        if info.st_mode & 0o077:
-            mode = stat.S_IMODE(info.st_mode)
-            raise config.error(key, f"{path} has mode {mode:04o}; it must be 0600")
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            raw = file.read(64 * 1024)
-    finally:
-        os.close(fd)
+    with open_private_file(path, config, key) as fd, os.fdopen(fd, "rb", closefd=False) as file:
+        raw = file.read(64 * 1024)
     try:
         token = raw.decode("ascii").strip()
     except UnicodeDecodeError:
@@ -142,6 +139,9 @@ class RequestPolicy:
     """The pre-upgrade checks of one daemon (see the module docstring for the order)."""
 
     def __init__(self, token: str, settings: ServerSection) -> None:
+        #: Set by the server: ``ready`` once every listener is bound,
+        #: ``stopping`` from the moment a stop begins.
+        self.readiness: Readiness = "starting"
         self._token = token.encode("ascii")
         self._settings = settings
         self._origins = frozenset(settings.allowed_origins)
@@ -172,6 +172,8 @@ class RequestPolicy:
         url = urlsplit(target)
         if method == "GET" and url.path == HEALTHZ_PATH:
             return HEALTHY
+        if method == "GET" and url.path == READYZ_PATH:
+            return _READINESS[self.readiness]
         if any(name == "token" for name, _ in parse_qsl(url.query, keep_blank_values=True)):
             return Answer.refuse(HTTPStatus.BAD_REQUEST, "token in the query string")
         if method != "GET" or not _is_upgrade(headers):
@@ -181,7 +183,11 @@ class RequestPolicy:
         origins = headers.get_all("Origin")
         if len(origins) > 1 or (origins and origins[0] not in self._origins):
             return Answer.refuse(HTTPStatus.FORBIDDEN, "Origin not allowed")
-        return self._check_credentials(headers, listener)
+        refused = self._check_credentials(headers, listener)
+        if refused is None and self.readiness == "stopping":
+            # Only a client that passed every check learns why (as for the connection limit).
+            return Answer.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the daemon is stopping")
+        return refused
 
     def _host_ok(self, headers: Headers, port: int | None) -> bool:
         hosts = headers.get_all("Host")

@@ -144,6 +144,12 @@ class ServerSection(_Frozen):
     allow_remote: StrictBool = False
     tcp: TcpEndpoint | None = Field(default=None, validate_default=True)
     token_file: ConfigPath | None = None
+    #: PEM certificate (chain) and private key: the TCP listener speaks
+    #: ``wss://`` (PROTOCOL §17); both or neither.
+    tls_cert: ConfigPath | None = None
+    tls_key: ConfigPath | None = Field(default=None, validate_default=True)
+    #: A listener beyond this machine without TLS starts only with this set.
+    allow_insecure_remote: StrictBool = False
     require_token_on_unix: StrictBool = False
     allowed_origins: tuple[StrictStr, ...] = ()
     allowed_hosts: tuple[NonEmptyStr, ...] = ()
@@ -194,6 +200,18 @@ class ServerSection(_Frozen):
                 "set allow_remote = true to listen beyond this machine"
             )
         return endpoint
+
+    @field_validator("tls_key", mode="after")
+    @classmethod
+    def _tls_pair(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        # Both files are needed for TLS: one alone is a config that cannot do
+        # what it seems to ask for, never a silent plain listener.
+        has_cert = info.data.get("tls_cert") is not None
+        if value is None and has_cert:
+            raise ValueError("required when tls_cert is set: TLS needs both files")
+        if value is not None and not has_cert and "tls_cert" in info.data:
+            raise ValueError("set without tls_cert: TLS needs both files")
+        return value
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -13,9 +13,10 @@
   limits) and the other sections keep their start-up values until a
   restart.  A broken config is one log line and changes nothing.
 * **Stop** (``RunningServer.stop()``, SIGTERM or SIGINT with
-  ``handle_signals``): ``STOPPING=1``; the listeners and connections close
-  first (their runs are cancelled), then every agent (their process trees
-  end), within ``stop_grace_s`` plus a little.
+  ``handle_signals``): ``/readyz`` answers ``stopping`` at once and systemd
+  hears ``STOPPING=1``; the connections close first (their runs are
+  cancelled), then every agent (their process trees end), and the listening
+  sockets last, within ``stop_grace_s`` plus a little.
 """
 
 from __future__ import annotations
@@ -250,10 +251,12 @@ async def run_daemon(
                         config,
                         methods=service.methods(),
                         handle_signals=handle_signals,
+                        drain=service.aclose,  # while /readyz still says "stopping"
                         task_status=started,
                     )
                 finally:
                     lifecycle.announce_stop()
+                    # A no-op when serve drained; needed when it failed before it could.
                     with anyio.CancelScope(shield=True):
                         await service.aclose()
                     # Every child is gone: the crash watchdog can go too.

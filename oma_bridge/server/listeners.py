@@ -3,9 +3,12 @@
 Both run the same :class:`~oma_bridge.server.auth.RequestPolicy` in
 ``process_request`` (before the upgrade) and share one
 :class:`ConnectionSlots`, so that ``max_connections`` counts every listener
-together from the upgrade on.  The websockets options are fixed here:
+together from the upgrade on, and one :class:`LiveConnections`, which a stop
+closes before the listening sockets.  The websockets options are fixed here:
 compression off, ``max_size`` = ``max_message_bytes`` (a larger frame closes
-that connection with 1009), keepalive pings on, no ``Server`` header.
+that connection with 1009), keepalive pings on, no ``Server`` header.  With
+a TLS context the TCP listener is ``wss://``; a client that does not speak
+TLS fails in the TLS layer, before websockets or the policy see a byte.
 
 The runtime folder (the socket's folder, also home of the discovery file) is
 guarded by a lock file held for the daemon's life: a second daemon on the
@@ -21,6 +24,7 @@ import fcntl
 import logging
 import os
 import socket
+import ssl
 import stat
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ from typing import Any
 
 import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve, unix_serve
+from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.typing import Subprotocol
@@ -40,8 +45,10 @@ from oma_bridge.server.config import TcpEndpoint
 
 __all__ = [
     "KEEPALIVE_INTERVAL_S",
+    "TLS_HANDSHAKE_TIMEOUT_S",
     "ConnectionSlots",
     "Listener",
+    "LiveConnections",
     "StartupError",
     "hold_runtime_dir",
     "open_tcp_listener",
@@ -55,6 +62,9 @@ wire_logger = logging.getLogger("oma_bridge.server.wire")
 wire_logger.setLevel(logging.INFO)
 
 KEEPALIVE_INTERVAL_S = 20.0
+#: asyncio's default is 60 s: a client that stalls in the TLS handshake
+#: would hold a socket three times longer than one stalling in the HTTP one.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 ConnectionHandler = Callable[[ServerConnection], Awaitable[None]]
 
@@ -88,6 +98,49 @@ class ConnectionSlots:
 
     def __len__(self) -> int:
         return len(self._held)
+
+
+class LiveConnections:
+    """The upgraded connections whose handlers still run, across every listener.
+
+    A stop closes them (1001) and waits for their handlers, in which the runs
+    they started end, while the listening sockets stay open, so that
+    ``/healthz`` and ``/readyz`` keep answering during the drain; websockets
+    offers that wait only together with closing the listening sockets.
+    """
+
+    def __init__(self) -> None:
+        self._live: set[ServerConnection] = set()
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._closing = False
+
+    def track(self, handler: ConnectionHandler) -> ConnectionHandler:
+        """``handler``, counted from its start to its end."""
+
+        async def run(connection: ServerConnection) -> None:
+            if self._closing:  # upgraded just before the stop, started just after
+                await connection.close(CloseCode.GOING_AWAY)
+                return
+            if not self._live:
+                self._idle = anyio.Event()
+            self._live.add(connection)
+            try:
+                await handler(connection)
+            finally:
+                self._live.discard(connection)
+                if not self._live:
+                    self._idle.set()
+
+        return run
+
+    async def close(self) -> None:
+        """Close every connection (1001); return once every handler has ended."""
+        self._closing = True
+        async with anyio.create_task_group() as tg:
+            for connection in list(self._live):
+                tg.start_soon(connection.close, CloseCode.GOING_AWAY)
+        await self._idle.wait()
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,10 +276,14 @@ def _server_options(
     }
 
 
-def _tracked(handler: ConnectionHandler, slots: ConnectionSlots) -> ConnectionHandler:
+def _tracked(
+    handler: ConnectionHandler, slots: ConnectionSlots, live: LiveConnections
+) -> ConnectionHandler:
+    counted = live.track(handler)
+
     async def run(connection: ServerConnection) -> None:
         try:
-            await handler(connection)
+            await counted(connection)
         finally:
             slots.release(connection)
 
@@ -239,13 +296,14 @@ async def open_unix_listener(
     *,
     policy: RequestPolicy,
     slots: ConnectionSlots,
+    live: LiveConnections,
     max_message_bytes: int,
 ) -> Listener:
     """Bind the unix socket at ``path`` (mode 0600), replacing a stale one."""
     await anyio.to_thread.run_sync(_clear_socket_path, path)
     options = _server_options(policy, "unix", slots, max_message_bytes)
     try:
-        server = await unix_serve(_tracked(handler, slots), str(path), **options)
+        server = await unix_serve(_tracked(handler, slots, live), str(path), **options)
     except OSError as exc:
         raise StartupError(f"cannot listen on {path}: {exc.strerror or exc}") from None
     # The folder is 0700, which guards the moment between bind and chmod.
@@ -259,12 +317,20 @@ async def open_tcp_listener(
     *,
     policy: RequestPolicy,
     slots: ConnectionSlots,
+    live: LiveConnections,
     max_message_bytes: int,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Listener:
-    """Bind the TCP listener (port 0 picks a free port; the bound one is reported)."""
+    """Bind the TCP listener (port 0 picks a free port; the bound one is reported).
+
+    With ``ssl_context`` it speaks TLS and its URL is ``wss://``.
+    """
     options = _server_options(policy, "tcp", slots, max_message_bytes)
+    if ssl_context is not None:
+        options |= {"ssl": ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
+    handler = _tracked(handler, slots, live)
     try:
-        server = await serve(_tracked(handler, slots), endpoint.host, endpoint.port, **options)
+        server = await serve(handler, endpoint.host, endpoint.port, **options)
     except OSError as exc:
         raise StartupError(
             f"cannot listen on {endpoint.host}:{endpoint.port}: {exc.strerror or exc}"
@@ -274,4 +340,5 @@ async def open_tcp_listener(
     if host == "::":
         host = "::1"
     shown = f"[{host}]" if ":" in host else host
-    return Listener("tcp", server, port=int(bound[1]), url=f"ws://{shown}:{bound[1]}/")
+    scheme = "ws" if ssl_context is None else "wss"
+    return Listener("tcp", server, port=int(bound[1]), url=f"{scheme}://{shown}:{bound[1]}/")

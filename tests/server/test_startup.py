@@ -212,7 +212,10 @@ async def test_missing_token_file_refuses_to_start(short_dir: Path) -> None:
 
 
 async def test_allow_remote_binds_every_address_and_still_checks_host(short_dir: Path) -> None:
-    config = make_config(short_dir, 'allow_remote = true\ntcp = "0.0.0.0:0"', tcp=False)
+    # In clear on purpose (PROTOCOL §17 needs allow_insecure_remote for that): the Host
+    # check is the subject here; tests/server/test_tls.py covers the remote rule itself.
+    server = 'allow_remote = true\nallow_insecure_remote = true\ntcp = "0.0.0.0:0"'
+    config = make_config(short_dir, server, tcp=False)
     async with running_daemon(config) as running:
         assert running.url == f"ws://127.0.0.1:{running.port}/"
         auth = [*UPGRADE_HEADERS, ("Authorization", f"Bearer {running.token}")]
