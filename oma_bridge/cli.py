@@ -94,7 +94,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         help="start the run, print its agent and run ids, and leave it running",
     )
 
-    watch = commands.add_parser("watch", help="print a live agent's text as it streams")
+    watch = commands.add_parser(
+        "watch", help="print a live agent's text as it streams", parents=[remote]
+    )
     watch.add_argument("agent_id", metavar="AGENT_ID", help="an agent id (see `oma-bridge status`)")
     watch.add_argument(
         "--after-seq", type=int, metavar="N", help="replay the journal after entry N first"
@@ -367,9 +369,7 @@ async def _detach(client: Any, agent_id: str, run_input: Any) -> str:
 
 
 async def _watch(args: argparse.Namespace) -> int:
-    from oma_bridge.client import connect
-
-    async with connect(client_name="oma-bridge-cli") as client:
+    async with _connect(args) as client:
         async for item in client.watch(args.agent_id, after_seq=args.after_seq):
             text = item.text
             if text is not None:
