@@ -36,10 +36,11 @@ import hmac
 import ipaddress
 import os
 import secrets
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Literal
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidHeader
@@ -55,6 +56,7 @@ __all__ = [
     "ListenerKind",
     "Readiness",
     "RequestPolicy",
+    "acp_target",
     "generate_token",
     "load_token",
     "select_subprotocol",
@@ -122,9 +124,31 @@ def load_token(config: ServerConfig) -> str:
     return token
 
 
-def select_subprotocol(offered: list[str] | tuple[str, ...]) -> str | None:
-    """``oma-bridge.v1`` when offered, else no subprotocol; the auth entry is never selected."""
-    return SUBPROTOCOL if SUBPROTOCOL in offered else None
+ACP_PATH = "/acp"
+
+
+def acp_target(path: str) -> str | None:
+    """``""`` for ``/acp``, the profile for ``/acp/<profile>``, ``None`` for any other path."""
+    route = path.split("?", 1)[0]
+    if route == ACP_PATH or route == ACP_PATH + "/":
+        return ""
+    if route.startswith(ACP_PATH + "/"):
+        return unquote(route[len(ACP_PATH) + 1 :])
+    return None
+
+
+#: The subprotocol of the ACP facade (ACP's WebSocket transport).
+ACP_SUBPROTOCOL = "acp.v1"
+
+
+def select_subprotocol(offered: list[str] | tuple[str, ...], path: str = "/") -> str | None:
+    """The protocol's own name when offered (``acp.v1`` on ``/acp``), else none.
+
+    The auth entry (``oma-bridge.auth.<token>``) is never selected, so the
+    token is never echoed.
+    """
+    wanted = ACP_SUBPROTOCOL if acp_target(path) is not None else SUBPROTOCOL
+    return wanted if wanted in offered else None
 
 
 def _same(presented: str, token: bytes) -> bool:
@@ -142,6 +166,8 @@ class RequestPolicy:
         #: Set by the server: ``ready`` once every listener is bound,
         #: ``stopping`` from the moment a stop begins.
         self.readiness: Readiness = "starting"
+        #: The declared profiles, for ``/acp/<profile>`` (404 for another name).
+        self.profiles: Callable[[], Collection[str]] | None = None
         self._token = token.encode("ascii")
         self._settings = settings
         self._origins = frozenset(settings.allowed_origins)
@@ -183,7 +209,11 @@ class RequestPolicy:
         origins = headers.get_all("Origin")
         if len(origins) > 1 or (origins and origins[0] not in self._origins):
             return Answer.refuse(HTTPStatus.FORBIDDEN, "Origin not allowed")
-        refused = self._check_credentials(headers, listener)
+        acp = acp_target(url.path)
+        refused = self._check_credentials(headers, listener, acp=acp is not None)
+        if refused is None and acp and self.profiles is not None and acp not in self.profiles():
+            # Only after the credentials: the profile names are not for strangers.
+            return Answer.refuse(HTTPStatus.NOT_FOUND, f"no agent profile named {acp!r}")
         if refused is None and self.readiness == "stopping":
             # Only a client that passed every check learns why (as for the connection limit).
             return Answer.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the daemon is stopping")
@@ -198,7 +228,9 @@ class RequestPolicy:
             return False  # no port at all (an IPv6 literal alone ends in "]")
         return name.lower() in self._host_names
 
-    def _check_credentials(self, headers: Headers, listener: ListenerKind) -> Answer | None:
+    def _check_credentials(
+        self, headers: Headers, listener: ListenerKind, *, acp: bool = False
+    ) -> Answer | None:
         try:
             offered = [
                 p
@@ -212,7 +244,7 @@ class RequestPolicy:
             for p in offered
             if p.startswith(AUTH_SUBPROTOCOL_PREFIX)
         ]
-        if presented and SUBPROTOCOL not in offered:
+        if presented and SUBPROTOCOL not in offered and not (acp and ACP_SUBPROTOCOL in offered):
             return Answer.refuse(HTTPStatus.BAD_REQUEST, "auth subprotocol without oma-bridge.v1")
         authorization = headers.get_all("Authorization")
         if len(authorization) > 1:

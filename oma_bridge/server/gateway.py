@@ -24,7 +24,8 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import anyio
 from websockets.asyncio.server import ServerConnection
@@ -41,7 +42,7 @@ from oma_bridge.rpc import (
     Event,
     Peer,
 )
-from oma_bridge.server.auth import ListenerKind
+from oma_bridge.server.auth import ListenerKind, acp_target
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.profiles import agent_profile_infos
@@ -49,11 +50,33 @@ from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import NOT_INITIALIZED, OVERLOADED, PROTOCOL_VERSION, UNSUPPORTED_VERSION
 from oma_bridge.wire.params import InitializeParams, parse_params
 
-__all__ = ["SUPPORTED_PROTOCOL_VERSIONS", "Gateway"]
+__all__ = ["SUPPORTED_PROTOCOL_VERSIONS", "AcpEndpoints", "Endpoint", "Gateway"]
 
 logger = logging.getLogger("oma_bridge.server")
 
 SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What one kind of connection serves: its methods and its JSON-RPC dialect."""
+
+    prefix: str
+    on_request: Callable[[Session, str, Any], Awaitable[Any]]
+    on_notification: Callable[[Session, str, Any], Awaitable[None]]
+    #: The parameter of ``$/cancel_request``: ``id`` here, ``requestId`` in ACP.
+    cancel_param: str
+    inline: frozenset[str] = frozenset()
+
+
+class AcpEndpoints(Protocol):
+    """The ACP facade as the gateway sees it."""
+
+    def endpoint(self, profile: str) -> Endpoint: ...
+
+
+async def _ignore_notification(session: Session, method: str, params: Any) -> None:
+    logger.debug("connection %s: ignored notification %s", session.id, method)
 
 
 #: errno values that mean the daemon is out of a resource for now.
@@ -70,6 +93,8 @@ class Gateway:
         self.agent_infos = agent_profile_infos(config.agents)
         self.sessions: set[Session] = set()
         self._ids = itertools.count(1)
+        #: Serves ``/acp`` and ``/acp/<profile>`` (the ACP facade), when set.
+        self.acp: AcpEndpoints | None = None
 
     def reload(self, config: ServerConfig) -> None:
         """Serve ``config``'s profiles from now on (``initialize``, ``agents/list``).
@@ -81,15 +106,22 @@ class Gateway:
         self.agent_infos = agent_profile_infos(config.agents)
 
     def handler(self, listener: ListenerKind) -> Callable[[ServerConnection], Awaitable[None]]:
-        """The websockets connection handler for one listener."""
+        """The websockets connection handler for one listener: this protocol, or ACP."""
 
         async def handle(ws: ServerConnection) -> None:
-            await self._serve(ws, listener)
+            target = acp_target(ws.request.path if ws.request is not None else "/")
+            if target is not None and self.acp is not None:
+                await self.serve_connection(ws, listener, self.acp.endpoint(target))
+            else:
+                await self.serve_connection(ws, listener, self._endpoint)
 
         return handle
 
-    async def _serve(self, ws: ServerConnection, listener: ListenerKind) -> None:
-        session_id = f"c{next(self._ids)}"
+    async def serve_connection(
+        self, ws: ServerConnection, listener: ListenerKind, endpoint: Endpoint
+    ) -> None:
+        """One connection: frames to and from a :class:`Peer`, the send watchdog, the session."""
+        session_id = f"{endpoint.prefix}{next(self._ids)}"
         send_timeout = self.config.server.send_timeout_s
 
         async def receive() -> str | None:
@@ -135,10 +167,10 @@ class Gateway:
                     return
 
         async def on_request(method: str, params: Any) -> Any:
-            return await self._dispatch(session, method, params)
+            return await endpoint.on_request(session, method, params)
 
         async def on_notification(method: str, params: Any) -> None:
-            logger.debug("connection %s: ignored notification %s", session_id, method)
+            await endpoint.on_notification(session, method, params)
 
         def on_invalid(event: Event) -> None:
             logger.debug("connection %s: %s message: %s", session_id, event.kind, event.detail)
@@ -149,8 +181,8 @@ class Gateway:
             on_request=on_request,
             on_notification=on_notification,
             on_invalid=on_invalid,
-            cancel_param="id",
-            inline_methods={"initialize", *self.methods.inline},
+            cancel_param=endpoint.cancel_param,
+            inline_methods=endpoint.inline,
         )
         session = Session(session_id, listener, peer, drop=ws.transport.abort)
         self.sessions.add(session)
@@ -165,6 +197,16 @@ class Gateway:
             self.sessions.discard(session)
             session.close()
             logger.info("connection %s closed", session_id)
+
+    @property
+    def _endpoint(self) -> Endpoint:
+        return Endpoint(
+            prefix="c",
+            on_request=self._dispatch,
+            on_notification=_ignore_notification,
+            cancel_param="id",
+            inline=frozenset({"initialize", *self.methods.inline}),
+        )
 
     async def _dispatch(self, session: Session, method: str, params: Any) -> Any:
         if method == "initialize":

@@ -260,7 +260,8 @@ def _server_options(
             slots.release(connection)
 
     def choose(connection: ServerConnection, offered: Any) -> Subprotocol | None:
-        chosen = select_subprotocol(tuple(offered))
+        path = connection.request.path if connection.request is not None else "/"
+        chosen = select_subprotocol(tuple(offered), path)
         return Subprotocol(chosen) if chosen is not None else None
 
     return {
