@@ -5,7 +5,7 @@ What it guarantees, and how (``docs/processes.md`` tells the whole story):
 * **No shell, no ``preexec_fn``.**  A child is exec'd directly, in its own
   session and process group (``start_new_session``, done by the fast C fork
   path), with the environment of :meth:`Supervisor.child_environment`.
-* **Pipes are always drained** (:mod:`._pipes`): stdout and stdin are anyio
+* **Pipes are always drained** (:mod:`.pipes`): stdout and stdin are anyio
   byte streams for the owner; stderr goes into a bounded tail from an event
   loop callback, whether or not any task is reading.
 * **Ending a tree** (:meth:`SupervisedProcess.stop`): SIGTERM to the group,
@@ -14,7 +14,7 @@ What it guarantees, and how (``docs/processes.md`` tells the whole story):
   names, and the ones carrying the run's tag in their environment (which
   finds double-forked escapees that the tree no longer links).
 * **No orphans after a daemon crash.**  One watchdog process per supervising
-  process (``_watchdog.py``) holds the read end of a pipe whose only write
+  process (``watchdog.py``) holds the read end of a pipe whose only write
   end is ours.  When we die, even by SIGKILL, it reads end-of-file, SIGKILLs
   every registered group and every tagged process, and exits.  With a
   ``state_dir`` it also keeps a log of live groups there, so that if it dies

@@ -2,7 +2,7 @@
 
 This file runs two ways, and so imports nothing but the standard library:
 
-* as a **script** (``python -I -S _watchdog.py <owner> [<state file>]``), the
+* as a **script** (``python -I -S watchdog.py <owner> [<state file>]``), the
   watchdog: one small process per supervising process, started once.  It
   reads ``+<pgid>`` / ``-<pgid>`` lines on stdin as the supervisor starts and
   reaps process groups.  When stdin reaches end of file (the supervisor has

@@ -88,7 +88,7 @@ async def busy(daemon: DaemonProcess) -> AsyncIterator[list[psutil.Process]]:
                 lines = _cmdlines(daemon.descendants())
                 trees = sum("proc_tree.py" in line for line in lines)
                 acps = sum("oma_bridge.demo.acp_agent" in line for line in lines)
-                watchdogs = sum("_watchdog.py" in line for line in lines)
+                watchdogs = sum("supervision/watchdog.py" in line for line in lines)
                 if trees >= 2 and acps >= 1 and watchdogs == 1:
                     break
                 await anyio.sleep(0.05)
@@ -118,7 +118,7 @@ async def test_next_start_reaps_what_a_dead_daemon_and_watchdog_left(folder: Pat
             daemon_process(folder, config_text(folder, agents=AGENTS)) as daemon,
             busy(daemon) as descendants,
         ):
-            watchdog = named(descendants, "_watchdog.py")
+            watchdog = named(descendants, "supervision/watchdog.py")
             tree = named(descendants, "proc_tree.py")
             assert len(watchdog) == 1 and len(tree) == 2, describe(descendants)
             # An OOM kill of both: the watchdog first, so nobody ends the children.
