@@ -76,7 +76,6 @@ __all__ = [
     "Supervisor",
     "configure_supervisor",
     "default_supervisor",
-    "exit_status",
     "reap_leftovers",
 ]
 
@@ -441,16 +440,6 @@ class SupervisedProcess:
             self._linger.cancel()
         self._transport.close()  # closes the pipes; SIGKILLs a child that outlived it all
         self._supervisor._released(self.pid)
-
-
-def exit_status(code: int) -> str:
-    """``code N``, or ``signal SIGX`` for a return code ``-N`` (as failure messages say it)."""
-    if code >= 0:
-        return f"code {code}"
-    try:
-        return f"signal {signal.Signals(-code).name}"
-    except ValueError:  # a real-time signal has no name
-        return f"signal {-code}"
 
 
 def _alive(process: psutil.Process) -> bool:

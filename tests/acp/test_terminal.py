@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import anyio
 import pytest
 
 from oma_bridge.backends.acp import AcpBackend
+from oma_bridge.backends.acp.terminal import acp_exit_status
 from oma_bridge.errors import BackendError
 
 from .helpers import Recorder, alive, context, run_text, scenario_config
@@ -57,5 +59,27 @@ async def test_cancel_kills_the_turns_terminals(tmp_path: Path) -> None:
         with anyio.fail_after(5):
             while alive(pid):  # noqa: ASYNC110 - a foreign process: nothing to await
                 await anyio.sleep(0.05)
+    finally:
+        await backend.aclose()
+
+
+def test_acp_exit_status_has_a_code_or_a_signal_name() -> None:
+    assert acp_exit_status(0) == {"exitCode": 0, "signal": None}
+    assert acp_exit_status(4) == {"exitCode": 4, "signal": None}
+    assert acp_exit_status(-signal.SIGKILL) == {"exitCode": None, "signal": "SIGKILL"}
+    realtime = -(signal.SIGRTMIN + 3)
+    assert acp_exit_status(realtime) == {"exitCode": None, "signal": "SIGRTMIN+3"}
+
+
+async def test_a_command_ended_by_a_real_time_signal_reports_its_name(tmp_path: Path) -> None:
+    # signal.Signals(SIGRTMIN + 3) raises ValueError: this once failed the request.
+    backend = AcpBackend(scenario_config(tmp_path, terminal=True), agent_name="coder")
+    try:
+        code = (
+            "import os, signal; print('bye', flush=True); os.kill(os.getpid(), signal.SIGRTMIN + 3)"
+        )
+        with anyio.fail_after(20):
+            outcome, _ = await run_text(backend, f"terminalrun {code}")
+        assert outcome.output == "exit=None signal=SIGRTMIN+3 output=bye\n"
     finally:
         await backend.aclose()

@@ -277,6 +277,20 @@ class ScenarioAgent:
         await self._say(sid, f"signal={exited.signal}")
         return self._stop("end_turn")
 
+    async def do_terminalrun(self, sid: str, text: str, rest: str) -> Any:
+        """``terminalrun <python code>``: run it, say how it ended and what it wrote."""
+        created = await self.conn.create_terminal(
+            session_id=sid, command=sys.executable, args=["-c", rest]
+        )
+        tid = created.terminal_id
+        exited = await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=tid)
+        output = await self.conn.terminal_output(session_id=sid, terminal_id=tid)
+        await self.conn.release_terminal(session_id=sid, terminal_id=tid)
+        await self._say(
+            sid, f"exit={exited.exit_code} signal={exited.signal} output={output.output}"
+        )
+        return self._stop("end_turn")
+
     async def do_terminalhang(self, sid: str, text: str, rest: str) -> Any:
         created = await self.conn.create_terminal(
             session_id=sid,

@@ -181,6 +181,13 @@ async def test_death_by_signal_names_the_signal() -> None:
     assert caught.value.message == 'Process backend "p" exited with signal SIGTERM'
 
 
+async def test_death_by_a_real_time_signal_names_it() -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGRTMIN + 3)"
+    with pytest.raises(BackendError) as caught:
+        await run_backend(ProcessConfig(command=PYTHON, args=("-c", code)))
+    assert caught.value.message == 'Process backend "p" exited with signal SIGRTMIN+3'
+
+
 async def test_stderr_tail_is_bounded_to_its_last_bytes() -> None:
     config = ProcessConfig(
         command=PYTHON,

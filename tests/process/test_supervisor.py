@@ -22,6 +22,7 @@ from oma_bridge.backends.process import (
     default_supervisor,
     reap_leftovers,
 )
+from oma_bridge.supervision.exits import describe_exit, exit_parts
 from oma_bridge.supervision.watchdog import start_time
 
 from .conftest import AGENTS, kill_all, wait_gone
@@ -287,3 +288,15 @@ async def test_a_native_cancel_that_pierces_the_shield_still_ends_the_tree() -> 
     finally:
         kill_all(pids)
         supervisor.close()
+
+
+def test_describe_exit_words_codes_and_signals() -> None:
+    assert describe_exit(0) == "exited with code 0"
+    assert describe_exit(7) == "exited with code 7"
+    assert describe_exit(-signal.SIGTERM) == "exited with signal SIGTERM"
+    assert describe_exit(-signal.SIGKILL) == "exited with signal SIGKILL"
+    # signal.Signals() has no member for these: they must not raise.
+    assert describe_exit(-(signal.SIGRTMIN + 3)) == "exited with signal SIGRTMIN+3"
+    assert describe_exit(-(signal.SIGRTMIN - 1)) == f"exited with signal {signal.SIGRTMIN - 1}"
+    assert exit_parts(3) == (3, None)
+    assert exit_parts(-signal.SIGINT) == (None, "SIGINT")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import anyio
@@ -29,6 +28,7 @@ import orjson
 
 from oma_bridge.errors import BackendError
 from oma_bridge.redaction import redact
+from oma_bridge.supervision.exits import describe_exit
 from oma_bridge.supervision.supervisor import SupervisedProcess, default_supervisor
 
 __all__ = [
@@ -206,14 +206,7 @@ class AgentProcess:
 
     def exit_description(self) -> str:
         code = self.process.returncode
-        if code is None:
-            return "closed its stdout"
-        if code < 0:
-            try:
-                return f"exited with signal {signal.Signals(-code).name}"
-            except ValueError:
-                return f"exited with signal {-code}"
-        return f"exited with code {code}"
+        return "closed its stdout" if code is None else describe_exit(code)
 
     async def wait_exit(self, seconds: float) -> int | None:
         with anyio.move_on_after(seconds):

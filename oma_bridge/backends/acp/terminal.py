@@ -29,10 +29,17 @@ import anyio.abc
 from oma_bridge.backends.acp.fs import RESOURCE_NOT_FOUND
 from oma_bridge.errors import WireError
 from oma_bridge.rpc import INVALID_PARAMS
+from oma_bridge.supervision.exits import exit_parts
 
-__all__ = ["Terminals"]
+__all__ = ["Terminals", "acp_exit_status"]
 
 _DEFAULT_LIMIT = 1024 * 1024
+
+
+def acp_exit_status(returncode: int) -> dict[str, Any]:
+    """ACP's ``TerminalExitStatus``: ``{"exitCode": N, "signal": None}`` or the signal's name."""
+    code, name = exit_parts(returncode)
+    return {"exitCode": code, "signal": name}
 
 
 def _trim_to_limit(data: bytearray, limit: int) -> bool:
@@ -79,11 +86,7 @@ class _Terminal:
 
     def exit_status(self) -> dict[str, Any] | None:
         code = self.process.returncode
-        if code is None:
-            return None
-        if code < 0:
-            return {"exitCode": None, "signal": signal.Signals(-code).name}
-        return {"exitCode": code, "signal": None}
+        return None if code is None else acp_exit_status(code)
 
     def kill(self) -> None:
         if self.process.returncode is None:

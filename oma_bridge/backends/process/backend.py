@@ -12,12 +12,8 @@ from oma_bridge.backends.process.config import ProcessConfig
 from oma_bridge.errors import BackendError, RunTimeoutError
 from oma_bridge.messages import LLMMessage, last_user_text
 from oma_bridge.results import StreamEvent
-from oma_bridge.supervision.supervisor import (
-    SupervisedProcess,
-    Supervisor,
-    default_supervisor,
-    exit_status,
-)
+from oma_bridge.supervision.exits import describe_exit
+from oma_bridge.supervision.supervisor import SupervisedProcess, Supervisor, default_supervisor
 
 __all__ = ["ProcessBackend", "build_prompt"]
 
@@ -121,5 +117,5 @@ class ProcessBackend:
 
 
 def _exit_message(label: str, code: int, stderr: str) -> str:
-    message = f'Process backend "{label}" exited with {exit_status(code)}'
+    message = f'Process backend "{label}" {describe_exit(code)}'
     return f"{message}: {stderr}" if stderr else message
