@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from oma_bridge.agent import AgentConfig
 
 __all__ = [
+    "RUN_ID_LABEL",
     "Backend",
     "BackendConfig",
     "BackendKind",
@@ -49,6 +50,9 @@ __all__ = [
 
 BackendKind: TypeAlias = Literal["llm", "process", "acp"]
 Emit: TypeAlias = Callable[[StreamEvent], Awaitable[None]]
+#: The supervisor label (``Supervisor.spawn(labels=...)``) naming the run a
+#: process serves: the process backend adds it to each run's process.
+RUN_ID_LABEL = "runId"
 
 
 @dataclass(frozen=True)

@@ -299,6 +299,20 @@ async def test_closing_connection_cancels_its_runs_and_kills_processes(short_dir
                 await anyio.sleep(0.05)
 
 
+async def test_run_agent_processes_carry_the_run_id(short_dir: Path) -> None:
+    async with (
+        daemon(short_dir),
+        connect(discovery_dir=short_dir) as client,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(lambda: client.run_agent("sleeper", "zzz", run_id="one-off"))
+        with anyio.fail_after(10):
+            while not (processes := (await client.status())["processes"]):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        assert [(p["agentId"], p["runId"]) for p in processes] == [(None, "one-off")]
+        assert await client.cancel("one-off") is True
+
+
 async def test_run_agent_sends_progress(short_dir: Path) -> None:
     async with daemon(short_dir), connect(discovery_dir=short_dir) as client:
         progress: list[dict[str, Any]] = []

@@ -293,7 +293,9 @@ async def test_cancel_kills_a_grandchild_that_ignores_sigterm() -> None:
 
 
 async def test_live_children_are_listed_with_their_run() -> None:
-    config = ProcessConfig(command="sleep", args=("30",), input="none", stop_grace_s=0.3)
+    config = ProcessConfig(
+        command="sleep", args=("30",), input="none", stop_grace_s=0.3, labels={"agentId": "a"}
+    )
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(run_backend, config)
         with anyio.fail_after(5):
@@ -301,6 +303,9 @@ async def test_live_children_are_listed_with_their_run() -> None:
                 await anyio.sleep(0.01)
         [process] = default_supervisor().live()
         assert not gone(process.pid)
+        # The profile's labels, and the run's id added by the backend.
+        [(pid, labels, _)] = await default_supervisor().processes()
+        assert (pid, dict(labels)) == (process.pid, {"agentId": "a", "runId": "run-1"})
         tasks.cancel_scope.cancel()
     assert default_supervisor().live() == []
     assert gone(process.pid)

@@ -312,6 +312,7 @@ class AcpBackend:
                 config.args,
                 env=config.env,
                 cwd=str(self._cwd),
+                labels=config.labels,
                 max_line_bytes=config.max_line_bytes,
             )
         except OSError as exc:

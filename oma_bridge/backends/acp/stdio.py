@@ -177,11 +177,17 @@ class AgentProcess:
         *,
         env: Mapping[str, str],
         cwd: str,
+        labels: Mapping[str, str] | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_bad_lines: int = DEFAULT_MAX_BAD_LINES,
     ) -> AgentProcess:
-        """Start the agent; ``env`` is the profile's overlay on the daemon's environment."""
-        process = await default_supervisor().spawn([command, *args], env=env, cwd=cwd)
+        """Start the agent; ``env`` is the profile's overlay on the daemon's environment.
+
+        ``labels`` go to the supervisor (whose the process is), not to the agent.
+        """
+        process = await default_supervisor().spawn(
+            [command, *args], env=env, cwd=cwd, labels=labels
+        )
         return cls(process, max_line_bytes=max_line_bytes, max_bad_lines=max_bad_lines)
 
     async def send_line(self, data: bytes) -> None:

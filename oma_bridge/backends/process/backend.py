@@ -7,7 +7,7 @@ import os
 
 import anyio
 
-from oma_bridge.backends import BackendKind, BackendOutcome, RunContext
+from oma_bridge.backends import RUN_ID_LABEL, BackendKind, BackendOutcome, RunContext
 from oma_bridge.backends.process.config import ProcessConfig
 from oma_bridge.errors import BackendError, RunTimeoutError
 from oma_bridge.messages import LLMMessage, last_user_text
@@ -69,6 +69,7 @@ class ProcessBackend:
                 cwd=cwd,
                 stdin=config.input == "stdin",
                 stderr_tail_bytes=config.stderr_tail_bytes,
+                labels={**config.labels, RUN_ID_LABEL: ctx.run_id},
             )
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in argv or env
             reason = (error.strerror if isinstance(error, OSError) else None) or str(error)

@@ -29,7 +29,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import psutil
 
 from oma_bridge._version import __version__
 from oma_bridge.agent import (
@@ -40,7 +39,7 @@ from oma_bridge.agent import (
     prepare_run_input,
     stopped_result,
 )
-from oma_bridge.backends import PermissionHandler, PermissionRequest
+from oma_bridge.backends import RUN_ID_LABEL, PermissionHandler, PermissionRequest
 from oma_bridge.errors import CallbackError, InvalidMessageError, RunCancelledError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -72,10 +71,10 @@ logger = logging.getLogger("oma_bridge.server")
 FORBIDDEN_OVERRIDES = frozenset(
     {"command", "args", "env", "cwd", "kind", "provider", "base_url", "api_key_env"}
 )
-#: Set in the environment of every process the daemon starts for an agent, so
-#: that ``daemon/status`` can tell whose a child (or grandchild) is.
-AGENT_ID_VARIABLE = "OMA_BRIDGE_AGENT_ID"
-RUN_ID_VARIABLE = "OMA_BRIDGE_RUN_ID"
+#: The supervisor labels of every process the daemon starts for an agent, so
+#: that ``daemon/status`` can tell whose a child (or grandchild) is; the
+#: process backend adds ``RUN_ID_LABEL`` to each run's.
+AGENT_ID_LABEL = "agentId"
 
 
 # ---------------------------------------------------------------------------
@@ -207,7 +206,7 @@ class AgentService:
             update["max_token_budget"] = min(ceilings)
         if base.backend is not None:
             backend: Any = base.backend
-            update["backend"] = backend.model_copy(update={"env": {**backend.env, **labels}})
+            update["backend"] = backend.model_copy(update={"labels": {**backend.labels, **labels}})
         if overrides.history is not None:
             # AgentConfig guards it: an invalid history raises InvalidMessageError (-32010).
             return AgentConfig(**{**dict(base), **update, "history": overrides.history})
@@ -341,7 +340,7 @@ class AgentService:
         agent_id = "agt_" + secrets.token_hex(8)
         try:
             config = self._agent_config(
-                request.profile, profile, overrides, {AGENT_ID_VARIABLE: agent_id}
+                request.profile, profile, overrides, {AGENT_ID_LABEL: agent_id}
             )
             config = config.model_copy(update=self._hooks(target, flags))
         except InvalidMessageError as error:
@@ -502,7 +501,7 @@ class AgentService:
                 overrides.profile,
                 profile,
                 AgentOverrides(**overrides.model_dump(exclude={"profile"})),
-                {RUN_ID_VARIABLE: run_id},
+                {RUN_ID_LABEL: run_id},
             )
         except InvalidMessageError as error:
             raise invalid_message(error) from None
@@ -603,40 +602,25 @@ class AgentService:
                 }
                 for run in self.runs.values()
             ],
-            "processes": self._live_processes(),
+            "processes": await self._live_processes(),
         }
         if self.orchestrator.evaluator is not None:
             status["evaluation"] = self.orchestrator.evaluator.stats.to_wire()
         return status
 
-    def _live_processes(self) -> list[dict[str, Any]]:
-        """Every live child the daemon started for an agent (§11.15).
+    async def _live_processes(self) -> list[dict[str, Any]]:
+        """Every live process the daemon started for an agent, grandchildren included (§11.15).
 
-        The supervisor knows its children, so no scan of ``/proc`` is needed
-        (psutil's recursive ``children()`` reads every process on the
-        machine); each child's environment says whose it is.
+        The supervisor lists them with the labels ``_agent_config`` gave
+        their child (and the process backend's run id).
         """
         from oma_bridge.supervision.supervisor import default_supervisor
 
-        running = {
-            run.agent_id: run.run_id
-            for run in self.runs.values()
-            if run.agent_id is not None and run.started_at is not None
-        }
         processes: list[dict[str, Any]] = []
-        for child in default_supervisor().live():
-            try:
-                process = psutil.Process(child.pid)
-                env = process.environ()
-                rss = process.memory_info().rss
-            except psutil.Error:
-                continue  # gone meanwhile
-            agent_id, run_id = env.get(AGENT_ID_VARIABLE), env.get(RUN_ID_VARIABLE)
-            entry: dict[str, Any] = {"pid": child.pid, "agentId": agent_id, "rssBytes": rss}
-            hosted = self.agents.get(agent_id) if agent_id else None
-            if run_id is None and hosted is not None and hosted.agent.kind == "process":
-                run_id = running.get(hosted.agent_id)
-            if run_id is not None:
+        for pid, labels, rss in await default_supervisor().processes():
+            agent_id = labels.get(AGENT_ID_LABEL)
+            entry: dict[str, Any] = {"pid": pid, "agentId": agent_id, "rssBytes": rss}
+            if (run_id := labels.get(RUN_ID_LABEL)) is not None:
                 entry["runId"] = run_id
             processes.append(entry)
         return processes
