@@ -18,7 +18,6 @@ watchdog); :class:`AgentProcess` adapts it to a JSON-RPC connection.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -222,14 +221,8 @@ class AgentProcess:
     async def terminate(self, stop_grace_s: float) -> None:
         """End the agent's whole tree within ``stop_grace_s`` + 2 s (PROTOCOL.md §11.36).
 
-        stdin is closed first (a polite agent leaves on EOF); part of the
-        grace goes to that, the rest to SIGTERM, then SIGKILL to the group
-        and every escapee.
+        The supervisor's stop sequence, stdin first: a polite agent leaves
+        on EOF.
         """
         with anyio.CancelScope(shield=True):
-            eof_wait = min(1.0, stop_grace_s / 2)
-            if self.process.returncode is None:
-                with contextlib.suppress(Exception):  # a broken pipe: the agent is going anyway
-                    await self._stdin.aclose()
-                await self.wait_exit(eof_wait)
-            await self.process.stop(stop_grace_s - eof_wait)
+            await self.process.stop(stop_grace_s, close_stdin_first=True)
