@@ -33,6 +33,7 @@ from oma_bridge.messages import LLMMessage
 from oma_bridge.results import StreamEvent, TokenUsage, ToolCallRecord
 
 __all__ = [
+    "RUN_ID_LABEL",
     "Backend",
     "BackendConfig",
     "BackendKind",
@@ -47,6 +48,9 @@ __all__ = [
 
 BackendKind: TypeAlias = Literal["llm", "process", "acp"]
 Emit: TypeAlias = Callable[[StreamEvent], Awaitable[None]]
+#: The supervisor label (``Supervisor.spawn(labels=...)``) naming the run a
+#: process serves: the process backend adds it to each run's process.
+RUN_ID_LABEL = "runId"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ What it guarantees, and how (``docs/processes.md`` tells the whole story):
 * **No shell, no ``preexec_fn``.**  A child is exec'd directly, in its own
   session and process group (``start_new_session``, done by the fast C fork
   path), with the environment of :meth:`Supervisor.child_environment`.
-* **Pipes are always drained** (:mod:`._pipes`): stdout and stdin are anyio
+* **Pipes are always drained** (:mod:`.pipes`): stdout and stdin are anyio
   byte streams for the owner; stderr goes into a bounded tail from an event
   loop callback, whether or not any task is reading.
 * **Ending a tree** (:meth:`SupervisedProcess.stop`): SIGTERM to the group,
@@ -14,7 +14,7 @@ What it guarantees, and how (``docs/processes.md`` tells the whole story):
   names, and the ones carrying the run's tag in their environment (which
   finds double-forked escapees that the tree no longer links).
 * **No orphans after a daemon crash.**  One watchdog process per supervising
-  process (``_watchdog.py``) holds the read end of a pipe whose only write
+  process (``watchdog.py``) holds the read end of a pipe whose only write
   end is ours.  When we die, even by SIGKILL, it reads end-of-file, SIGKILLs
   every registered group and every tagged process, and exits.  With a
   ``state_dir`` it also keeps a log of live groups there, so that if it dies
@@ -47,6 +47,8 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
+from typing import NamedTuple
 
 import anyio
 import anyio.lowlevel
@@ -71,12 +73,12 @@ __all__ = [
     "TAG_VARIABLE",
     "ChildStdin",
     "ChildStdout",
+    "LiveProcess",
     "StderrTail",
     "SupervisedProcess",
     "Supervisor",
     "configure_supervisor",
     "default_supervisor",
-    "exit_status",
     "reap_leftovers",
 ]
 
@@ -105,6 +107,15 @@ SERVICE_VARIABLES: frozenset[str] = frozenset(
         TAG_VARIABLE,
     }
 )
+
+
+class LiveProcess(NamedTuple):
+    """One live process of a supervised tree, as :meth:`Supervisor.processes` lists it."""
+
+    pid: int
+    #: The labels of the child it is (or descends from), as given to :meth:`Supervisor.spawn`.
+    labels: Mapping[str, str]
+    rss_bytes: int
 
 
 class _Watchdog:
@@ -223,8 +234,22 @@ class Supervisor:
         return self._watchdog.pid
 
     def live(self) -> list[SupervisedProcess]:
-        """Every child spawned and not yet stopped (for ``daemon/status``)."""
+        """Every child spawned and not yet stopped."""
         return list(self._live.values())
+
+    async def processes(self) -> list[LiveProcess]:
+        """Every live process of our children's trees, with its child's labels.
+
+        For ``daemon/status``: each child, then the descendants carrying its
+        tag (grandchildren, and the ones that left its group or tree), found
+        by the one ``/proc`` scan the watchdog would run, in a worker thread.
+        A descendant that scrubbed its environment is not listed: nothing
+        but a cgroup finds it (``docs/processes.md``).
+        """
+        children = self.live()
+        if not children:
+            return []
+        return await anyio.to_thread.run_sync(_list_processes, self.owner, children)
 
     def child_environment(self, overlay: Mapping[str, str] | None = None) -> dict[str, str]:
         """Our environment minus :attr:`hidden_variables`, with ``overlay`` on top."""
@@ -242,14 +267,22 @@ class Supervisor:
         cwd: str | os.PathLike[str] | None = None,
         stdin: bool = True,
         stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
+        merge_stderr: bool = False,
+        labels: Mapping[str, str] | None = None,
     ) -> SupervisedProcess:
         """Start ``argv`` (exec'd directly, no shell) in a new session.
 
         ``env`` is the profile's overlay on :meth:`child_environment`.
-        Without ``stdin`` the child's stdin is ``/dev/null``.  A caller
-        already cancelled spawns nothing; once the fork is under way it
-        finishes shielded, so the caller always gets the handle to stop.
-        Raises ``OSError`` when the command cannot start.
+        Without ``stdin`` the child's stdin is ``/dev/null``.  With
+        ``merge_stderr`` stderr goes into stdout, interleaved as a terminal
+        shows them (and :attr:`SupervisedProcess.stderr` stays empty).
+        ``labels`` say whose the child is (``{"agentId": ...}``, say); they
+        stay on the handle and :meth:`processes` lists them, the child's
+        environment never sees them.  A caller already cancelled spawns
+        nothing; once the fork is under way it finishes shielded, so the
+        caller always gets the handle to stop.  Raises ``OSError`` when the
+        command cannot start, ``ValueError`` for a NUL byte in ``argv`` or
+        ``env``.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         tag = f"{self.owner}.{next(self._runs)}"
@@ -263,7 +296,7 @@ class Supervisor:
                 *argv,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 cwd=cwd,
                 env=child_env,
                 start_new_session=True,
@@ -271,7 +304,7 @@ class Supervisor:
         pid = transport.get_pid()
         self._watchdog.register(pid)
         logger.debug("spawned %s as pid %d (tag %s)", argv[0], pid, tag)
-        process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin)
+        process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin, labels=labels)
         self._live[pid] = process
         return process
 
@@ -304,12 +337,15 @@ class SupervisedProcess:
         tag: str,
         *,
         stdin: bool,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self._supervisor = supervisor
         self._transport = transport
         self._protocol = protocol
         #: This run's value of :data:`TAG_VARIABLE` in the child's environment.
         self.tag = tag
+        #: Whose child this is, as :meth:`Supervisor.spawn` was told (read-only).
+        self.labels: Mapping[str, str] = MappingProxyType(dict(labels or {}))
         #: The child's pid, which is also its process group and session id.
         self.pid: int = transport.get_pid()
         self.stdin: ChildStdin | None = protocol.stdin if stdin else None
@@ -443,14 +479,25 @@ class SupervisedProcess:
         self._supervisor._released(self.pid)
 
 
-def exit_status(code: int) -> str:
-    """``code N``, or ``signal SIGX`` for a return code ``-N`` (as failure messages say it)."""
-    if code >= 0:
-        return f"code {code}"
-    try:
-        return f"signal {signal.Signals(-code).name}"
-    except ValueError:  # a real-time signal has no name
-        return f"signal {-code}"
+def _list_processes(owner: str, children: list[SupervisedProcess]) -> list[LiveProcess]:
+    """:meth:`Supervisor.processes` off the event loop: ``children`` is its snapshot."""
+    by_tag = {child.tag: child for child in children}
+    descendants: dict[str, list[int]] = {child.tag: [] for child in children}
+    for pid, tag in _watchdog.tagged(owner + ".").items():
+        child = by_tag.get(tag)
+        if child is not None and pid != child.pid:
+            descendants[tag].append(pid)
+    listed: list[LiveProcess] = []
+    for child in children:
+        # A child that exited is listed no more; what it left still is, until stopped.
+        pids = [child.pid] if child.returncode is None else []
+        for pid in pids + sorted(descendants[child.tag]):
+            try:
+                rss = psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                continue  # gone meanwhile
+            listed.append(LiveProcess(pid, child.labels, rss))
+    return listed
 
 
 def _alive(process: psutil.Process) -> bool:

@@ -2,7 +2,7 @@
 
 This file runs two ways, and so imports nothing but the standard library:
 
-* as a **script** (``python -I -S _watchdog.py <owner> [<state file>]``), the
+* as a **script** (``python -I -S watchdog.py <owner> [<state file>]``), the
   watchdog: one small process per supervising process, started once.  It
   reads ``+<pgid>`` / ``-<pgid>`` lines on stdin as the supervisor starts and
   reaps process groups.  When stdin reaches end of file (the supervisor has
@@ -63,29 +63,61 @@ def _running(pid: int, started: int) -> bool:
     return fields is not None and fields[0] != b"Z" and int(fields[19]) == started
 
 
+_TAG_PREFIX = f"{TAG_VARIABLE}=".encode()
+
+
+def _other_pids() -> list[int]:
+    me = os.getpid()
+    names = os.listdir("/proc")  # noqa: PTH208 (names only, no Path objects)
+    return [int(name) for name in names if name.isdigit() and int(name) != me]
+
+
+def _tag_of(pid: int) -> str | None:
+    """The tag in the environment of ``pid``, or ``None`` (untagged, gone, or not ours)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            data = environ.read()  # a zombie's is empty
+    except OSError:
+        return None
+    if data.startswith(_TAG_PREFIX):
+        start = len(_TAG_PREFIX)
+    else:
+        at = data.find(b"\0" + _TAG_PREFIX)
+        if at < 0:
+            return None
+        start = at + 1 + len(_TAG_PREFIX)
+    end = data.find(b"\0", start)
+    return data[start : end if end >= 0 else None].decode(errors="replace")
+
+
+def tagged(prefix: str) -> dict[int, str]:
+    """``{pid: tag}`` of every process whose tag starts with ``prefix`` (a ``/proc`` scan)."""
+    found: dict[int, str] = {}
+    for pid in _other_pids():
+        tag = _tag_of(pid)
+        if tag is not None and tag.startswith(prefix):
+            found[pid] = tag
+    return found
+
+
 def kill_tagged(tag: str, *, exact: bool = False) -> int:
     """SIGKILL every process whose environment carries ``tag``.
 
     With ``exact`` the value must equal ``tag`` (one run); otherwise it must
     start with ``tag`` (every run of one owner).  Returns how many were hit.
     """
-    needle = f"{TAG_VARIABLE}={tag}".encode() + (b"\0" if exact else b"")
-    me = os.getpid()
     hits = 0
-    for entry in os.listdir("/proc"):  # noqa: PTH208 (names only, no Path objects)
-        if not entry.isdigit() or int(entry) == me:
-            continue
+    for pid in _other_pids():
         try:
-            pidfd = os.pidfd_open(int(entry))
+            pidfd = os.pidfd_open(pid)
         except OSError:
             continue
         try:
             # Read through the pid after the pidfd pins it: if the pid was
             # recycled in between, the signal below goes to the pinned
             # process, whose environment this is.
-            with open(f"/proc/{entry}/environ", "rb") as environ:
-                data = environ.read()
-            if data.startswith(needle) or (b"\0" + needle) in data:
+            found = _tag_of(pid)
+            if found is not None and (found == tag if exact else found.startswith(tag)):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 hits += 1
         except OSError:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import acp
 from acp import RequestError, schema
+
+PROC_TREE = str(Path(__file__).with_name("proc_tree.py"))
 
 
 def _text_of(prompt: list[Any]) -> str:
@@ -276,6 +279,57 @@ class ScenarioAgent:
         await self.conn.release_terminal(session_id=sid, terminal_id=tid)
         await self._say(sid, f"signal={exited.signal}")
         return self._stop("end_turn")
+
+    async def do_terminalrun(self, sid: str, text: str, rest: str) -> Any:
+        """``terminalrun <python code>``: run it, say how it ended and what it wrote."""
+        created = await self.conn.create_terminal(
+            session_id=sid, command=sys.executable, args=["-c", rest]
+        )
+        tid = created.terminal_id
+        exited = await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=tid)
+        output = await self.conn.terminal_output(session_id=sid, terminal_id=tid)
+        await self.conn.release_terminal(session_id=sid, terminal_id=tid)
+        await self._say(
+            sid, f"exit={exited.exit_code} signal={exited.signal} output={output.output}"
+        )
+        return self._stop("end_turn")
+
+    async def do_terminalenv(self, sid: str, text: str, rest: str) -> Any:
+        """``terminalenv``: the environment ``env`` sees in a terminal (one variable added)."""
+        extra = schema.EnvVariable(name="OMAB_FROM_REQUEST", value="laid-over")
+        created = await self.conn.create_terminal(session_id=sid, command="env", env=[extra])
+        tid = created.terminal_id
+        await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=tid)
+        output = await self.conn.terminal_output(session_id=sid, terminal_id=tid)
+        await self.conn.release_terminal(session_id=sid, terminal_id=tid)
+        await self._say(sid, output.output)
+        return self._stop("end_turn")
+
+    async def do_terminaltree(self, sid: str, text: str, rest: str) -> Any:
+        """``terminaltree kill|hang [proc_tree.py flags]``: a command with a grandchild.
+
+        Says the ``child <pid>`` / ``grandchild <pid>`` lines once both run;
+        then ``kill`` kills the terminal and says its signal, ``hang`` waits
+        for a cancel (or for whatever ends the agent).
+        """
+        mode, *flags = rest.split()
+        created = await self.conn.create_terminal(
+            session_id=sid, command=sys.executable, args=[PROC_TREE, *flags]
+        )
+        tid = created.terminal_id
+        output = ""
+        while "\nchild " not in "\n" + output:
+            await asyncio.sleep(0.05)
+            output = (await self.conn.terminal_output(session_id=sid, terminal_id=tid)).output
+        await self._say(sid, output)
+        if mode == "kill":
+            await self.conn.kill_terminal(session_id=sid, terminal_id=tid)
+            exited = await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=tid)
+            await self.conn.release_terminal(session_id=sid, terminal_id=tid)
+            await self._say(sid, f"signal={exited.signal}")
+            return self._stop("end_turn")
+        await self.cancelled[sid].wait()
+        return self._stop("cancelled")
 
     async def do_terminalhang(self, sid: str, text: str, rest: str) -> Any:
         created = await self.conn.create_terminal(

@@ -18,6 +18,7 @@ import psutil
 import pytest
 from lifecycle.harness import (
     AGENTS_DIR,
+    SCENARIO_AGENT,
     DaemonProcess,
     alive,
     config_text,
@@ -25,6 +26,7 @@ from lifecycle.harness import (
     describe,
     wait_all_gone,
 )
+from process.conftest import tree_pids
 
 from oma_bridge.client import connect
 
@@ -148,3 +150,50 @@ async def test_next_start_reaps_what_a_dead_daemon_and_watchdog_left(folder: Pat
         for process in alive(leftovers):
             with contextlib.suppress(psutil.Error):
                 process.kill()
+
+
+TERMINAL_AGENTS = f"""
+[agents.coder]
+kind = "acp"
+command = "@python"
+args = ["{SCENARIO_AGENT}"]
+terminal = true
+"""
+
+
+async def test_sigkill_ends_the_terminals_of_acp_agents(folder: Path) -> None:
+    # A terminal/* command was once a bare child of the daemon: untagged and
+    # unknown to the watchdog, it outlived a SIGKILL of the daemon.
+    pids: dict[str, int] = {}
+    try:
+        async with (
+            daemon_process(folder, config_text(folder, agents=TERMINAL_AGENTS)) as daemon,
+            connect(discovery_dir=daemon.folder) as client,
+            anyio.create_task_group() as tg,
+        ):
+            agent = await client.open("coder")
+            text = ""
+
+            async def run() -> None:
+                nonlocal text
+                with contextlib.suppress(Exception):  # the daemon dies under the run
+                    async for event in agent.stream("terminaltree hang --ignore-term --escape"):
+                        if event.type == "text":
+                            text += event.data
+
+            tg.start_soon(run)
+            with anyio.fail_after(20):
+                while len(pids := tree_pids(text)) < 2:  # noqa: ASYNC110 (a poll)
+                    await anyio.sleep(0.05)
+            terminal = [psutil.Process(pid) for pid in pids.values()]
+            agent_process = named(daemon.descendants(), "acp_scenario_agent.py")
+            assert len(agent_process) == 1, describe(daemon.descendants())
+            daemon.signal(signal.SIGKILL)
+            await daemon.process.wait()
+            survivors = await wait_all_gone([*terminal, *agent_process], within=5)
+            assert survivors == [], describe(survivors)
+            tg.cancel_scope.cancel()
+    finally:
+        for pid in pids.values():
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()

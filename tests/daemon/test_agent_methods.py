@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from process.conftest import gone, kill_all, tree_pids
 
 from oma_bridge.client import DaemonError, connect
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.results import AgentRunResult
 
-from .conftest import daemon
+from .conftest import AGENTS, daemon
 
 pytestmark = pytest.mark.anyio
 
@@ -297,6 +300,65 @@ async def test_closing_connection_cancels_its_runs_and_kills_processes(short_dir
                 if not status["processes"] and not status["runs"]:
                     break
                 await anyio.sleep(0.05)
+
+
+async def test_run_agent_processes_carry_the_run_id(short_dir: Path) -> None:
+    async with (
+        daemon(short_dir),
+        connect(discovery_dir=short_dir) as client,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(lambda: client.run_agent("sleeper", "zzz", run_id="one-off"))
+        with anyio.fail_after(10):
+            while not (processes := (await client.status())["processes"]):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        assert [(p["agentId"], p["runId"]) for p in processes] == [(None, "one-off")]
+        assert await client.cancel("one-off") is True
+
+
+CODER = f"""
+[agents.coder]
+kind = "acp"
+command = "{sys.executable}"
+args = ["{Path(__file__).resolve().parent.parent / "agents" / "acp_scenario_agent.py"}"]
+terminal = true
+"""
+
+
+async def test_agent_close_ends_its_terminals_which_status_attributes(short_dir: Path) -> None:
+    pids: dict[str, int] = {}
+    async with daemon(short_dir, agents=AGENTS + CODER), connect(discovery_dir=short_dir) as client:
+        agent = await client.open("coder")
+        text = ""
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                nonlocal text
+                with contextlib.suppress(DaemonError):
+                    async for event in agent.stream("terminaltree hang --ignore-term --escape"):
+                        if event.type == "text":
+                            text += event.data
+
+            tg.start_soon(run)
+            try:
+                with anyio.fail_after(20):
+                    while len(pids := tree_pids(text)) < 2:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                processes = (await client.status())["processes"]
+                by_pid = {p["pid"]: p["agentId"] for p in processes}
+                # The agent, its terminal, and the terminal's escaped grandchild.
+                assert len(processes) == 3, processes
+                assert set(by_pid.values()) == {agent.agent_id}
+                assert {pids["child"], pids["grandchild"]} <= set(by_pid)
+                assert all("runId" not in p for p in processes)  # an ACP agent outlives runs
+                agent_pid = next(pid for pid in by_pid if pid not in pids.values())
+                await agent.close()
+                with anyio.fail_after(5):
+                    while not all(gone(pid) for pid in [agent_pid, *pids.values()]):  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                assert (await client.status())["processes"] == []
+            finally:
+                kill_all(list(pids.values()))
 
 
 async def test_run_agent_sends_progress(short_dir: Path) -> None:

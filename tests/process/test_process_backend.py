@@ -182,6 +182,13 @@ async def test_death_by_signal_names_the_signal() -> None:
     assert caught.value.message == 'Process backend "p" exited with signal SIGTERM'
 
 
+async def test_death_by_a_real_time_signal_names_it() -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGRTMIN + 3)"
+    with pytest.raises(BackendError) as caught:
+        await run_backend(ProcessConfig(command=PYTHON, args=("-c", code)))
+    assert caught.value.message == 'Process backend "p" exited with signal SIGRTMIN+3'
+
+
 async def test_stderr_tail_is_bounded_to_its_last_bytes() -> None:
     config = ProcessConfig(
         command=PYTHON,
@@ -287,7 +294,9 @@ async def test_cancel_kills_a_grandchild_that_ignores_sigterm() -> None:
 
 
 async def test_live_children_are_listed_with_their_run() -> None:
-    config = ProcessConfig(command="sleep", args=("30",), input="none", stop_grace_s=0.3)
+    config = ProcessConfig(
+        command="sleep", args=("30",), input="none", stop_grace_s=0.3, labels={"agentId": "a"}
+    )
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(run_backend, config)
         with anyio.fail_after(5):
@@ -295,6 +304,9 @@ async def test_live_children_are_listed_with_their_run() -> None:
                 await anyio.sleep(0.01)
         [process] = default_supervisor().live()
         assert not gone(process.pid)
+        # The profile's labels, and the run's id added by the backend.
+        [(pid, labels, _)] = await default_supervisor().processes()
+        assert (pid, dict(labels)) == (process.pid, {"agentId": "a", "runId": "run-1"})
         tasks.cancel_scope.cancel()
     assert default_supervisor().live() == []
     assert gone(process.pid)

@@ -22,9 +22,11 @@ from oma_bridge.backends.process import (
     default_supervisor,
     reap_leftovers,
 )
+from oma_bridge.supervision.exits import describe_exit, exit_parts
+from oma_bridge.supervision.supervisor import TAG_VARIABLE, SupervisedProcess
 from oma_bridge.supervision.watchdog import start_time
 
-from .conftest import AGENTS, kill_all, wait_gone
+from .conftest import AGENTS, kill_all, tree_pids, wait_gone
 
 pytestmark = pytest.mark.anyio
 
@@ -286,4 +288,94 @@ async def test_a_native_cancel_that_pierces_the_shield_still_ends_the_tree() -> 
         assert wait_gone(pids, within=2.0)
     finally:
         kill_all(pids)
+        supervisor.close()
+
+
+def test_describe_exit_words_codes_and_signals() -> None:
+    assert describe_exit(0) == "exited with code 0"
+    assert describe_exit(7) == "exited with code 7"
+    assert describe_exit(-signal.SIGTERM) == "exited with signal SIGTERM"
+    assert describe_exit(-signal.SIGKILL) == "exited with signal SIGKILL"
+    # signal.Signals() has no member for these: they must not raise.
+    assert describe_exit(-(signal.SIGRTMIN + 3)) == "exited with signal SIGRTMIN+3"
+    assert describe_exit(-(signal.SIGRTMIN - 1)) == f"exited with signal {signal.SIGRTMIN - 1}"
+    assert exit_parts(3) == (3, None)
+    assert exit_parts(-signal.SIGINT) == (None, "SIGINT")
+
+
+async def _tree(
+    supervisor: Supervisor, *flags: str, labels: dict[str, str]
+) -> tuple[SupervisedProcess, dict[str, int]]:
+    """``proc_tree.py`` spawned, once its child and grandchild both run."""
+    argv = [sys.executable, str(AGENTS / "proc_tree.py"), *flags]
+    process = await supervisor.spawn(argv, stdin=False, labels=labels)
+    received = b""
+    with anyio.fail_after(10):
+        while len(pids := tree_pids(received.decode())) < 2:
+            received += await process.stdout.receive()
+    return process, pids
+
+
+async def test_labels_stay_on_the_handle_and_list_the_whole_tree() -> None:
+    supervisor = Supervisor()
+    pids: list[int] = []
+    try:
+        plain, plain_pids = await _tree(supervisor, labels={"agentId": "a1"})
+        escaped, escaped_pids = await _tree(
+            supervisor, "--escape", labels={"agentId": "a2", "runId": "r2"}
+        )
+        unlabelled = await supervisor.spawn(["sleep", "30"], stdin=False)
+        pids = [*plain_pids.values(), *escaped_pids.values(), unlabelled.pid]
+        assert plain.labels == {"agentId": "a1"}
+        with pytest.raises(TypeError):
+            plain.labels["agentId"] = "changed"  # type: ignore[index]
+        assert unlabelled.labels == {}
+        environ = psutil.Process(plain.pid).environ()
+        assert TAG_VARIABLE in environ and "a1" not in environ.values()
+
+        listed = await supervisor.processes()
+        by_pid = {pid: dict(labels) for pid, labels, _ in listed}
+        # proc_tree.py's "child" is the spawned process itself.
+        assert by_pid == {
+            plain_pids["child"]: {"agentId": "a1"},
+            plain_pids["grandchild"]: {"agentId": "a1"},
+            escaped_pids["child"]: {"agentId": "a2", "runId": "r2"},
+            escaped_pids["grandchild"]: {"agentId": "a2", "runId": "r2"},  # left the group
+            unlabelled.pid: {},
+        }
+        assert [pid for pid, _, _ in listed][:2] == [plain.pid, plain_pids["grandchild"]]
+        assert all(rss > 0 for _, _, rss in listed)
+
+        await plain.stop(0.5)
+        assert {pid for pid, _, _ in await supervisor.processes()} == {
+            *escaped_pids.values(),
+            unlabelled.pid,
+        }
+        await escaped.stop(0.5)
+        await unlabelled.stop(0.5)
+        assert await supervisor.processes() == []
+    finally:
+        kill_all(pids)
+        supervisor.close()
+
+
+async def test_merge_stderr_interleaves_stderr_with_stdout() -> None:
+    supervisor = Supervisor()
+    code = (
+        "import sys\n"
+        "for stream, text in ((sys.stdout, 'out1 '), (sys.stderr, 'err '), (sys.stdout, 'out2')):\n"
+        "    stream.write(text)\n"
+        "    stream.flush()\n"
+    )
+    try:
+        process = await supervisor.spawn(
+            [sys.executable, "-c", code], stdin=False, merge_stderr=True
+        )
+        with anyio.fail_after(10):
+            received = b"".join([chunk async for chunk in process.stdout])
+            assert await process.wait() == 0
+        assert received == b"out1 err out2"
+        assert process.stderr.text() == ""
+        await process.stop(0.5)
+    finally:
         supervisor.close()

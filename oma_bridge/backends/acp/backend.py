@@ -102,7 +102,7 @@ class AcpBackend:
         self.config = config
         self.label = agent_name or "agent"
         self._cwd = config.resolved_cwd()
-        self._terminals = Terminals(self._cwd)
+        self._terminals = Terminals(self._cwd, labels=config.labels)
         self._lock = anyio.Lock()
         self._live: _Live | None = None
         #: The session to resume after a respawn, when the agent can.
@@ -312,6 +312,7 @@ class AcpBackend:
                 config.args,
                 env=config.env,
                 cwd=str(self._cwd),
+                labels=config.labels,
                 max_line_bytes=config.max_line_bytes,
             )
         except OSError as exc:

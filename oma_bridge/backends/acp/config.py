@@ -22,6 +22,10 @@ class AcpConfig(BaseModel):
     can answer; ``"auto-approve"`` and ``"reject"`` are fixed policies.
     ``fs = "cwd"`` serves ``fs/*`` inside ``cwd``; ``terminal`` enables
     ``terminal/*``.  ``model`` is applied to every new session.
+    ``labels`` say whose the agent's processes are, its terminals' too (the
+    daemon sets ``agentId``); they are listed by
+    :meth:`~oma_bridge.supervision.supervisor.Supervisor.processes`, never
+    put in a child's environment.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,6 +56,8 @@ class AcpConfig(BaseModel):
     coalesce_text: bool = False
     #: Ceiling of one stdout line (one JSON-RPC message).
     max_line_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    #: Whose the processes are, for ``daemon/status`` (set by the daemon, not a profile).
+    labels: dict[str, str] = Field(default_factory=dict)
 
     def create(self, *, agent_name: str) -> AcpBackend:
         from oma_bridge.backends.acp.backend import AcpBackend

@@ -18,9 +18,7 @@ watchdog); :class:`AgentProcess` adapts it to a JSON-RPC connection.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import anyio
@@ -29,6 +27,7 @@ import orjson
 
 from oma_bridge.errors import BackendError
 from oma_bridge.redaction import redact
+from oma_bridge.supervision.exits import describe_exit
 from oma_bridge.supervision.supervisor import SupervisedProcess, default_supervisor
 
 __all__ = [
@@ -177,11 +176,17 @@ class AgentProcess:
         *,
         env: Mapping[str, str],
         cwd: str,
+        labels: Mapping[str, str] | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_bad_lines: int = DEFAULT_MAX_BAD_LINES,
     ) -> AgentProcess:
-        """Start the agent; ``env`` is the profile's overlay on the daemon's environment."""
-        process = await default_supervisor().spawn([command, *args], env=env, cwd=cwd)
+        """Start the agent; ``env`` is the profile's overlay on the daemon's environment.
+
+        ``labels`` go to the supervisor (whose the process is), not to the agent.
+        """
+        process = await default_supervisor().spawn(
+            [command, *args], env=env, cwd=cwd, labels=labels
+        )
         return cls(process, max_line_bytes=max_line_bytes, max_bad_lines=max_bad_lines)
 
     async def send_line(self, data: bytes) -> None:
@@ -206,14 +211,7 @@ class AgentProcess:
 
     def exit_description(self) -> str:
         code = self.process.returncode
-        if code is None:
-            return "closed its stdout"
-        if code < 0:
-            try:
-                return f"exited with signal {signal.Signals(-code).name}"
-            except ValueError:
-                return f"exited with signal {-code}"
-        return f"exited with code {code}"
+        return "closed its stdout" if code is None else describe_exit(code)
 
     async def wait_exit(self, seconds: float) -> int | None:
         with anyio.move_on_after(seconds):
@@ -223,14 +221,8 @@ class AgentProcess:
     async def terminate(self, stop_grace_s: float) -> None:
         """End the agent's whole tree within ``stop_grace_s`` + 2 s (PROTOCOL.md §11.36).
 
-        stdin is closed first (a polite agent leaves on EOF); part of the
-        grace goes to that, the rest to SIGTERM, then SIGKILL to the group
-        and every escapee.
+        The supervisor's stop sequence, stdin first: a polite agent leaves
+        on EOF.
         """
         with anyio.CancelScope(shield=True):
-            eof_wait = min(1.0, stop_grace_s / 2)
-            if self.process.returncode is None:
-                with contextlib.suppress(Exception):  # a broken pipe: the agent is going anyway
-                    await self._stdin.aclose()
-                await self.wait_exit(eof_wait)
-            await self.process.stop(stop_grace_s - eof_wait)
+            await self.process.stop(stop_grace_s, close_stdin_first=True)

@@ -1,38 +1,52 @@
 """``terminal/*``: commands an agent runs through the client (opt-in, ``terminal = true``).
 
-Each command runs without a shell, in its own process group, with stdout and
-stderr merged as a terminal shows them.  Output is kept up to the request's
-``outputByteLimit``: past it, bytes are dropped from the start, at a UTF-8
-character boundary, and ``truncated`` is set.  ``terminal/kill`` and
-``terminal/release`` (and a turn cancel, and the end of the agent) end the
-whole group.
+Each command is a child of the supervisor (``docs/processes.md``), as the
+agent itself is: no shell, its own process group, the environment every
+agent gets (the daemon's, minus its secrets and service variables) with the
+request's ``env`` laid over it, tagged and known to the crash watchdog, so
+that it outlives neither the agent nor a daemon killed with SIGKILL, and
+labelled as the agent is, so that ``daemon/status`` says whose it is.
+stdout and stderr are merged as a terminal shows them.  Output is kept up
+to the request's ``outputByteLimit``: past it, bytes are dropped from the
+start, at a UTF-8 character boundary, and ``truncated`` is set.
+``terminal/kill`` ends the command's group and keeps its output;
+``terminal/release`` (and a turn cancel, and the end of the agent) stop its
+whole tree.
 
-Nothing reads a command's output in the background (a backend owns no task
-between calls): ``terminal/output`` collects what is ready, and
-``terminal/wait_for_exit`` reads until the end, which is what keeps a chatty
-command from blocking on a full pipe while the agent waits for it.
+No task of ours reads a command's output (a backend owns no task between
+calls): the supervisor buffers up to 1 MiB of it ahead
+(``supervision/pipes.py``), then the command blocks until
+``terminal/output`` collects what is ready or ``terminal/wait_for_exit``
+reads until the end.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
 import signal
-import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.abc
 
 from oma_bridge.backends.acp.fs import RESOURCE_NOT_FOUND
 from oma_bridge.errors import WireError
 from oma_bridge.rpc import INVALID_PARAMS
+from oma_bridge.supervision.exits import exit_parts
+from oma_bridge.supervision.supervisor import SupervisedProcess, default_supervisor
 
-__all__ = ["Terminals"]
+__all__ = ["Terminals", "acp_exit_status"]
 
 _DEFAULT_LIMIT = 1024 * 1024
+#: ``terminal/release`` kills a command still running: no grace between SIGTERM and SIGKILL.
+_STOP_GRACE_S = 0.0
+
+
+def acp_exit_status(returncode: int) -> dict[str, Any]:
+    """ACP's ``TerminalExitStatus``: ``{"exitCode": N, "signal": None}`` or the signal's name."""
+    code, name = exit_parts(returncode)
+    return {"exitCode": code, "signal": name}
 
 
 def _trim_to_limit(data: bytearray, limit: int) -> bool:
@@ -48,7 +62,7 @@ def _trim_to_limit(data: bytearray, limit: int) -> bool:
 
 
 class _Terminal:
-    def __init__(self, process: anyio.abc.Process, limit: int) -> None:
+    def __init__(self, process: SupervisedProcess, limit: int) -> None:
         self.process = process
         self.limit = limit
         self.output = bytearray()
@@ -57,7 +71,6 @@ class _Terminal:
 
     async def _read(self, *, to_the_end: bool) -> None:
         stream = self.process.stdout
-        assert stream is not None
         while not self._eof:
             with anyio.move_on_after(None if to_the_end else 0.01) as waited:
                 try:
@@ -79,28 +92,25 @@ class _Terminal:
 
     def exit_status(self) -> dict[str, Any] | None:
         code = self.process.returncode
-        if code is None:
-            return None
-        if code < 0:
-            return {"exitCode": None, "signal": signal.Signals(-code).name}
-        return {"exitCode": code, "signal": None}
+        return None if code is None else acp_exit_status(code)
 
     def kill(self) -> None:
+        """End the command's group; its output stays readable (``terminal/kill``)."""
         if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            # Once the command is gone, the supervisor ends what holds its pipes.
+            self.process.signal_group(signal.SIGKILL)
 
     async def close(self) -> None:
-        self.kill()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-            await self.process.aclose()
+        with anyio.CancelScope(shield=True):
+            await self.process.stop(_STOP_GRACE_S)
 
 
 class Terminals:
-    """The terminals of one agent, by id."""
+    """The terminals of one agent, by id; ``labels`` are the agent's (whose the commands are)."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, *, labels: Mapping[str, str] | None = None) -> None:
         self._cwd = cwd
+        self._labels = dict(labels or {})
         self._ids = itertools.count(1)
         self._terminals: dict[str, _Terminal] = {}
 
@@ -136,7 +146,8 @@ class Terminals:
             raise WireError(INVALID_PARAMS, "command must be a non-empty string")
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise WireError(INVALID_PARAMS, "args must be a list of strings")
-        env = dict(os.environ)
+        # An overlay on the supervisor's scrubbed environment, as an agent's env is.
+        env: dict[str, str] = {}
         for item in params.get("env") or []:
             if isinstance(item, dict) and isinstance(item.get("name"), str):
                 env[item["name"]] = str(item.get("value", ""))
@@ -145,17 +156,18 @@ class Terminals:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             limit = _DEFAULT_LIMIT
         try:
-            process = await anyio.open_process(
+            process = await default_supervisor().spawn(
                 [command, *args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
                 env=env,
-                start_new_session=True,
+                cwd=cwd,
+                stdin=False,
+                merge_stderr=True,
+                labels=self._labels,
             )
         except OSError as exc:
             raise WireError(RESOURCE_NOT_FOUND, f"cannot start {command}: {exc}") from None
+        except ValueError as exc:  # a NUL byte in a command, an argument or the env
+            raise WireError(INVALID_PARAMS, f"cannot start {command}: {exc}") from None
         terminal_id = f"term-{next(self._ids)}"
         self._terminals[terminal_id] = _Terminal(process, limit)
         return {"terminalId": terminal_id}
@@ -163,5 +175,7 @@ class Terminals:
     async def close_all(self) -> None:
         """End every command (a turn cancel, the end of the agent)."""
         terminals, self._terminals = self._terminals, {}
-        for terminal in terminals.values():
-            await terminal.close()
+        if terminals:
+            async with anyio.create_task_group() as group:
+                for terminal in terminals.values():
+                    group.start_soon(terminal.close)

@@ -7,17 +7,13 @@ import os
 
 import anyio
 
-from oma_bridge.backends import BackendKind, BackendOutcome, RunContext
+from oma_bridge.backends import RUN_ID_LABEL, BackendKind, BackendOutcome, RunContext
 from oma_bridge.backends.process.config import ProcessConfig
 from oma_bridge.errors import BackendError, RunTimeoutError
 from oma_bridge.messages import LLMMessage, last_user_text
 from oma_bridge.results import StreamEvent
-from oma_bridge.supervision.supervisor import (
-    SupervisedProcess,
-    Supervisor,
-    default_supervisor,
-    exit_status,
-)
+from oma_bridge.supervision.exits import describe_exit
+from oma_bridge.supervision.supervisor import SupervisedProcess, Supervisor, default_supervisor
 
 __all__ = ["ProcessBackend", "build_prompt"]
 
@@ -73,6 +69,7 @@ class ProcessBackend:
                 cwd=cwd,
                 stdin=config.input == "stdin",
                 stderr_tail_bytes=config.stderr_tail_bytes,
+                labels={**config.labels, RUN_ID_LABEL: ctx.run_id},
             )
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in argv or env
             reason = (error.strerror if isinstance(error, OSError) else None) or str(error)
@@ -121,5 +118,5 @@ class ProcessBackend:
 
 
 def _exit_message(label: str, code: int, stderr: str) -> str:
-    message = f'Process backend "{label}" exited with {exit_status(code)}'
+    message = f'Process backend "{label}" {describe_exit(code)}'
     return f"{message}: {stderr}" if stderr else message

@@ -22,6 +22,10 @@ class ProcessConfig(BaseModel):
     variables); ``cwd`` is resolved against the current folder.  ``input``
     says how the prompt is delivered: written to ``stdin`` then closed, as
     the last ``argument``, or not at all (``none``, stdin closed at once).
+    ``labels`` say whose the processes are (the daemon sets ``agentId``);
+    each run adds :data:`~oma_bridge.backends.RUN_ID_LABEL`.  They are listed by
+    :meth:`~oma_bridge.supervision.supervisor.Supervisor.processes`, never
+    put in the child's environment.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -40,6 +44,8 @@ class ProcessConfig(BaseModel):
     stderr_tail_bytes: int = Field(default=64 * 1024, gt=0)
     #: Between SIGTERM and SIGKILL when a run is cancelled.
     stop_grace_s: float = Field(default=5.0, ge=0)
+    #: Whose the processes are, for ``daemon/status`` (set by the daemon, not a profile).
+    labels: dict[str, str] = Field(default_factory=dict)
 
     def create(self, *, agent_name: str) -> ProcessBackend:
         from oma_bridge.backends.process.backend import ProcessBackend

@@ -46,7 +46,7 @@ def agent_config(
     *,
     history: list[Any] | None = None,
 ) -> AgentConfig:
-    """The profile's config with the client's overrides and the daemon's process labels.
+    """The profile's config with the client's overrides and the daemon's supervisor labels.
 
     ``history`` (a restored session's) wins over the overrides' own.  An
     invalid history raises :class:`~oma_bridge.errors.InvalidMessageError`.
@@ -68,7 +68,7 @@ def agent_config(
         update["max_token_budget"] = min(ceilings)
     backend: Any = base.backend
     if text_only(backend.kind):
-        update["backend"] = backend.model_copy(update={"env": {**backend.env, **labels}})
+        update["backend"] = backend.model_copy(update={"labels": {**backend.labels, **labels}})
     seeded = history if history is not None else overrides.history
     if seeded is not None:
         # AgentConfig guards it: an invalid history raises InvalidMessageError (-32010).

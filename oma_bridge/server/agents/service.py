@@ -41,8 +41,8 @@ from oma_bridge.server.agents.registry import HookTarget, HostedAgent
 from oma_bridge.server.agents.remote import Remote
 from oma_bridge.server.agents.runs import LiveRun, Runs
 from oma_bridge.server.agents.status import (
-    AGENT_ID_VARIABLE,
-    RUN_ID_VARIABLE,
+    AGENT_ID_LABEL,
+    RUN_ID_LABEL,
     agent_rows,
     live_processes,
     run_rows,
@@ -205,7 +205,7 @@ class AgentService:
                 profile,
                 self.settings,
                 overrides,
-                {AGENT_ID_VARIABLE: agent_id},
+                {AGENT_ID_LABEL: agent_id},
                 history=history,
             )
             config = config.model_copy(update=self.remote.hooks(target, flags))
@@ -389,7 +389,7 @@ class AgentService:
                 profile,
                 self.settings,
                 AgentOverrides(**overrides.model_dump(exclude={"profile"})),
-                {RUN_ID_VARIABLE: run_id},
+                {RUN_ID_LABEL: run_id},
             )
         except InvalidMessageError as error:
             raise invalid_message(error) from None
@@ -523,7 +523,7 @@ class AgentService:
             "connections": self.connections(),
             "agents": agent_rows(self.agents),
             "runs": run_rows(self.runs.live),
-            "processes": live_processes(self.agents, self.runs.live),
+            "processes": await live_processes(),
             "sessions": self.store.count(),
         }
         if self.orchestrator.evaluator is not None:
