@@ -154,6 +154,11 @@ class Agent:
         return text_only(self.kind)
 
     @property
+    def backend(self) -> Backend | None:
+        """The live backend, once a run created it (``None`` before, and after :meth:`close`)."""
+        return self._backend
+
+    @property
     def state(self) -> AgentState:
         return AgentState(
             status=self._state.status,

@@ -38,7 +38,7 @@ from oma_bridge.paths import default_runtime_dir
 from oma_bridge.server.auth import RequestPolicy, load_token
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.discovery import remove_discovery, write_discovery
-from oma_bridge.server.gateway import Gateway
+from oma_bridge.server.gateway import AcpEndpoints, Gateway
 from oma_bridge.server.listeners import (
     ConnectionSlots,
     Listener,
@@ -107,6 +107,7 @@ async def serve(
     methods: MethodRegistry | None = None,
     handle_signals: bool = False,
     drain: Callable[[], Awaitable[None]] | None = None,
+    acp: AcpEndpoints | None = None,
     task_status: anyio.abc.TaskStatus[RunningServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until stopped; see the module docstring.
@@ -126,10 +127,12 @@ async def serve(
     token = load_token(config)
     registry = MethodRegistry()
     gateway = Gateway(config, registry)
+    gateway.acp = acp
     registry.include(_builtin_methods(gateway))
     if methods is not None:
         registry.include(methods)
     policy = RequestPolicy(token, settings)
+    policy.profiles = lambda: gateway.config.agents
     slots = ConnectionSlots(settings.max_connections)
     live = LiveConnections()
     options: dict[str, Any] = {

@@ -35,6 +35,7 @@ import anyio.to_thread
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.rpc import unwrap_single_error
+from oma_bridge.server.acp.facade import AcpFacade
 from oma_bridge.server.agents.service import AgentService
 from oma_bridge.server.app import RunningServer, serve
 from oma_bridge.server.config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
@@ -252,6 +253,7 @@ async def run_daemon(
                         methods=service.methods(),
                         handle_signals=handle_signals,
                         drain=service.aclose,  # while /readyz still says "stopping"
+                        acp=AcpFacade(service),
                         task_status=started,
                     )
                 finally:

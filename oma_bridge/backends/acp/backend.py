@@ -95,7 +95,6 @@ class _Live:
 class AcpBackend:
     """The live ACP backend of one agent (see the module docstring)."""
 
-    external = True
     kind: BackendKind = "acp"
 
     def __init__(self, config: AcpConfig, *, agent_name: str | None = None) -> None:
@@ -106,7 +105,7 @@ class AcpBackend:
         self._lock = anyio.Lock()
         self._live: _Live | None = None
         #: The session to resume after a respawn, when the agent can.
-        self._previous_session: str | None = None
+        self._previous_session: str | None = config.resume_session
         self._session_is_fresh = True
         self._usage_baseline = 0
         self._turn: Turn | None = None

@@ -48,6 +48,10 @@ class AcpConfig(BaseModel):
     #: least-privilege reject option (PROTOCOL.md §11.12); ``None``: no limit.
     permission_timeout_s: float | None = Field(default=None, gt=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
+    #: A session of this agent to continue (``session/resume`` or ``session/load``,
+    #: when the agent advertises them) instead of a new one: the daemon sets it
+    #: when it brings a persisted session back after a restart.
+    resume_session: str | None = None
     timeout_s: float | None = Field(default=None, gt=0)
     #: Join the texts of the ``agent_message_chunk`` updates that arrive in
     #: one read into one ``text`` event (joined, events still equal the

@@ -45,10 +45,13 @@ def agent_config(
     labels: Mapping[str, str],
     *,
     history: list[Any] | None = None,
+    backend_update: Mapping[str, Any] | None = None,
 ) -> AgentConfig:
     """The profile's config with the client's overrides and the daemon's supervisor labels.
 
-    ``history`` (a restored session's) wins over the overrides' own.  An
+    ``history`` (a restored session's) wins over the overrides' own;
+    ``backend_update`` sets backend fields the daemon chose (an ACP client's
+    folder, its MCP servers, a downstream session to continue).  An
     invalid history raises :class:`~oma_bridge.errors.InvalidMessageError`.
     """
     base = profile_agent_config(profile_name, profile, settings)
@@ -68,7 +71,8 @@ def agent_config(
         update["max_token_budget"] = min(ceilings)
     backend: Any = base.backend
     if text_only(backend.kind):
-        update["backend"] = backend.model_copy(update={"labels": {**backend.labels, **labels}})
+        changes = {"labels": {**backend.labels, **labels}, **(backend_update or {})}
+        update["backend"] = backend.model_copy(update=changes)
     seeded = history if history is not None else overrides.history
     if seeded is not None:
         # AgentConfig guards it: an invalid history raises InvalidMessageError (-32010).

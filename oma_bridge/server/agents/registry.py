@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -16,6 +16,16 @@ from oma_bridge.wire.params import HookFlags
 
 if TYPE_CHECKING:
     from oma_bridge.server.agents.watchers import Watcher
+
+
+class AcpClient(Protocol):
+    """An ACP connection attached to an agent: who can be asked to grant a tool."""
+
+    session: Session
+
+    def permission_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``session/request_permission`` params for the daemon's permission params."""
+
 
 __all__ = ["HookTarget", "HostedAgent"]
 
@@ -42,6 +52,10 @@ class HostedAgent(HookTarget):
     running: int = 0
     users: set[Session] = field(default_factory=set)
     watchers: dict[Session, Watcher] = field(default_factory=dict)
+    #: ACP facade connections attached to this agent's session (``docs/acp.md``).
+    acp_clients: dict[Session, AcpClient] = field(default_factory=dict)
+    #: What ``session/list`` shows: ``cwd``, ``title``, ``updatedAt``.
+    meta: dict[str, Any] = field(default_factory=dict)
     idle_since: float | None = None
     closed: bool = False
 

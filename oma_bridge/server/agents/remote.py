@@ -32,6 +32,10 @@ from oma_bridge.wire.params import HookFlags
 __all__ = ["Remote"]
 
 
+#: Whom to ask, with which method and params.
+_Ask = tuple[Session, str, dict[str, Any]]
+
+
 def _answers(answer: Any, request: PermissionRequest) -> bool:
     """Whether ``answer`` is a valid choice: a cancel, or an option that was offered."""
     outcome = answer.get("outcome") if isinstance(answer, Mapping) else None
@@ -131,15 +135,32 @@ class Remote:
                 ],
             }
             # The run's own connection first; when it cannot answer (it never
-            # declared permissions, or it is gone), the agent's watchers.
-            stages: list[list[Session]] = [[session]]
+            # declared permissions, or it is gone), everyone attached to the
+            # agent who can: watchers that declared permissions, ACP clients.
+            stages: list[list[_Ask]] = []
+            if session.capabilities.permissions:
+                stages.append([(session, "permission/request", params)])
             if hosted is not None:
-                stages.append([w.session for w in hosted.watchers.values()])
+                stages.append(
+                    [
+                        (w.session, "permission/request", params)
+                        for w in hosted.watchers.values()
+                        if w.session.capabilities.permissions
+                    ]
+                    + [
+                        (
+                            client.session,
+                            "session/request_permission",
+                            client.permission_params(params),
+                        )
+                        for client in hosted.acp_clients.values()
+                    ]
+                )
             for stage in stages:
-                askable = [s for s in stage if s.capabilities.permissions and not s.closed]
+                askable = [ask for ask in stage if not ask[0].closed]
                 if not askable:
                     continue
-                decided = await self._first_answer(askable, params, request)
+                decided = await self._first_answer(askable, request)
                 if decided == "timeout":
                     chosen = choose_option(request.options, "reject")
                     self._record(agent_id, request, chosen, "timeout")
@@ -160,7 +181,7 @@ class Remote:
         return ask
 
     async def _first_answer(
-        self, sessions: Sequence[Session], params: dict[str, Any], request: PermissionRequest
+        self, asks: Sequence[_Ask], request: PermissionRequest
     ) -> tuple[Session, Any] | Literal["timeout"] | None:
         """Ask every session at once; the first valid answer wins, the rest are withdrawn.
 
@@ -170,9 +191,9 @@ class Remote:
         winner: tuple[Session, Any] | None = None
         settled = anyio.Event()
         calls = []
-        for candidate in sessions:
+        for candidate, method, params in asks:
             try:
-                call = await candidate.start_request("permission/request", params)
+                call = await candidate.start_request(method, params)
             except ConnectionClosedError:
                 continue
             calls.append((candidate, call))

@@ -189,6 +189,7 @@ class AgentService:
         overrides: AgentOverrides,
         *,
         history: list[Any] | None = None,
+        backend_update: dict[str, Any] | None = None,
     ) -> HostedAgent:
         flags = overrides.hooks or HookFlags()
         _check_declared_hooks(session, flags)
@@ -207,6 +208,7 @@ class AgentService:
                 overrides,
                 {AGENT_ID_LABEL: agent_id},
                 history=history,
+                backend_update=backend_update,
             )
             config = config.model_copy(update=self.remote.hooks(target, flags))
         except InvalidMessageError as error:
@@ -255,9 +257,22 @@ class AgentService:
             overrides = AgentOverrides(**persisted.overrides)
         except ValueError:
             raise not_found(f'the persisted session "{agent_id}" cannot be read') from None
+        backend_update: dict[str, Any] = {}
+        profile = self._profile(persisted.profile)
+        if profile.kind == "acp" and persisted.acp_session is not None:
+            backend_update["resume_session"] = persisted.acp_session
+        client_cwd = getattr(profile, "cwd", None) == "client"
+        if profile.kind != "llm" and client_cwd and "cwd" in persisted.meta:
+            backend_update["cwd"] = persisted.meta["cwd"]
         hosted = self._host(
-            session, agent_id, persisted.profile, overrides, history=persisted.history
+            session,
+            agent_id,
+            persisted.profile,
+            overrides,
+            history=persisted.history,
+            backend_update=_typed_cwd(profile.kind, backend_update),
         )
+        hosted.meta.update(persisted.meta)
         hosted.journal.restore(persisted.entries)
         del self.restorable[agent_id]
         logger.info("agent %s resumed (profile %s) by %s", agent_id, persisted.profile, session.id)
@@ -295,15 +310,43 @@ class AgentService:
     async def _run_on_agent(self, session: Session, params: Any, method: str) -> dict[str, Any]:
         request = parse_params(RunParams, params)
         hosted = self._hosted(request.agentId)
-        agent = hosted.agent
         try:
             if method == "agent/prompt":
-                turn = agent.prepare_prompt_input(request.input)
+                prepared: Any = hosted.agent.prepare_prompt_input(request.input)
             else:
-                messages = agent.prepare_run_input(request.input)
+                prepared = hosted.agent.prepare_run_input(request.input)
         except InvalidMessageError as error:
             raise invalid_message(error) from None
-        run = self.runs.new(request.runId, hosted.agent_id, method, session)
+        result = await self.turn(
+            session,
+            hosted,
+            method,
+            prepared,
+            journaled_input=request.input,
+            run_id=request.runId,
+            keep_going=request.onDisconnect == "continue",
+        )
+        return result.to_wire()
+
+    async def turn(
+        self,
+        session: Session,
+        hosted: HostedAgent,
+        method: str,
+        prepared: Any,
+        *,
+        journaled_input: Any,
+        run_id: str | None = None,
+        keep_going: bool = False,
+    ) -> AgentRunResult:
+        """Queue and run one turn of already prepared input on ``hosted``, journaling it.
+
+        ``method`` says how: ``agent/run`` (fresh), ``agent/stream`` (fresh, with
+        ``run/event`` to ``session``), ``agent/prompt`` or ``session/prompt``
+        (a turn of the agent's history; ``prepared`` is the user turn).
+        """
+        agent = hosted.agent
+        run = self.runs.new(run_id, hosted.agent_id, method, session)
         run_id = run.run_id
         permission = self.remote.permission_handler(session, hosted)
         hosted.use(session)
@@ -320,18 +363,18 @@ class AgentService:
 
         async def execute() -> AgentRunResult:
             journal.append(
-                {"type": "run_start", "runId": run_id, "method": method, "input": request.input}
+                {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input}
             )
-            if method == "agent/prompt":
+            if method in ("agent/prompt", "session/prompt"):
                 result = await agent.execute_prompt(
-                    turn, run_id=run_id, emit=emit, permission_handler=permission
+                    prepared, run_id=run_id, emit=emit, permission_handler=permission
                 )
             elif method == "agent/run":
                 result = await agent.execute(
-                    messages, run_id=run_id, emit=emit, permission_handler=permission
+                    prepared, run_id=run_id, emit=emit, permission_handler=permission
                 )
             else:
-                stream = RunStream(agent, messages, run_id, permission_handler=permission)
+                stream = RunStream(agent, prepared, run_id, permission_handler=permission)
                 async with stream:
                     async for event in stream:
                         await emit(event)
@@ -341,13 +384,17 @@ class AgentService:
             return result
 
         run.cancel = lambda: agent.cancel(run_id)
-        result = await self._serve(run, hosted, execute, request.onDisconnect == "continue")
-        return result.to_wire()
+        return await self._serve(run, hosted, execute, keep_going)
 
     def _end_run(self, hosted: HostedAgent, run_id: str, result: AgentRunResult) -> None:
         hosted.journal.append({"type": "run_end", "runId": run_id, "result": result.to_wire()})
+        hosted.meta["updatedAt"] = time.time()
         if self.store.enabled:
             self.store.write(hosted.agent_id, {"history": hosted.agent.get_history()})
+            downstream = getattr(hosted.agent.backend, "session_id", None)
+            if isinstance(downstream, str) and downstream != hosted.meta.get("acpSession"):
+                hosted.meta["acpSession"] = downstream
+                self.store.write(hosted.agent_id, {"acpSession": downstream})
             self.store.sync(hosted.agent_id)
 
     async def _serve(
@@ -576,6 +623,13 @@ def _check_declared_hooks(session: Session, flags: HookFlags) -> None:
                 for name in missing
             ]
         )
+
+
+def _typed_cwd(kind: str, update: dict[str, Any]) -> dict[str, Any]:
+    """``cwd`` as each backend config holds it: a ``Path`` for ACP, a ``str`` for a process."""
+    if "cwd" in update:
+        update = {**update, "cwd": Path(update["cwd"]) if kind == "acp" else str(update["cwd"])}
+    return update
 
 
 def _same_profile(agent_id: str, theirs: str, asked: str) -> None:

@@ -8,7 +8,8 @@ One file per agent, ``<state>/sessions/<agentId>.jsonl`` (folder 0700, files
 * ``{"seq", "entry"}`` a journal entry; ``{"seq", "append"}`` text joined
   into entry ``seq``;
 * ``{"history": [...]}`` the agent's history after a run (the last one wins);
-* ``{"acpSession": id}`` the downstream ACP session, for its recovery.
+* ``{"acpSession": id}`` the downstream ACP session, for its recovery;
+* ``{"meta": {...}}`` what the ACP facade keeps of a session (its ``cwd``, ``title``).
 
 Every line is one ``write(2)`` on an ``O_APPEND`` file, so a daemon killed
 mid-way never leaves half a line; the file is fsynced at each run's end.
@@ -54,6 +55,8 @@ class PersistedSession:
     entries: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     history: list[Any] | None = None
     acp_session: str | None = None
+    #: What the ACP facade keeps of a session (``cwd``, ``title``).
+    meta: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
 
 
@@ -229,6 +232,8 @@ def _read(path: Path) -> PersistedSession:
             session.history = list(record["history"])
         elif "acpSession" in record:
             session.acp_session = str(record["acpSession"])
+        elif "meta" in record:
+            session.meta.update(dict(record["meta"]))
         else:
             raise ValueError(f"a line of an unknown kind: {sorted(record)}")
     session.entries = sorted(by_seq.items())

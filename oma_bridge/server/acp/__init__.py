@@ -1,0 +1,1 @@
+"""The ACP facade: every profile served as an ACP agent (``docs/acp.md``, "The facade")."""

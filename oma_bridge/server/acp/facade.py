@@ -1,0 +1,452 @@
+"""The ACP facade: every profile served as an ACP v1 agent on ``/acp/<profile>`` and ``/acp``.
+
+An ACP session is a daemon agent: ``session/new`` opens one (its
+``sessionId`` is the ``agentId``), ``session/prompt`` runs a turn of its
+history, ``session/load`` attaches and replays the whole journal first,
+``session/resume`` attaches without replay, ``session/close`` disposes it.
+Every attached connection follows the agent's journal through its own
+:class:`Attachment`, so all of them see the same updates in the same order;
+a turn is answered once its updates reached the client that asked.  A
+connection that closes only detaches: its turn goes on in the daemon's task
+group and is journaled, for the next ``session/load``.  The mapping of
+blocks, events and results is :mod:`oma_bridge.server.acp.mapping`;
+``docs/acp.md`` ("The facade") has its tables and the decisions taken.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from oma_bridge._version import __version__
+from oma_bridge.errors import InvalidMessageError, WireError
+from oma_bridge.rpc.core import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
+from oma_bridge.server.agents.journal import Journal
+from oma_bridge.server.agents.registry import HostedAgent
+from oma_bridge.server.gateway import Endpoint
+from oma_bridge.server.profiles import Profile
+from oma_bridge.server.session import Session
+from oma_bridge.wire.codes import NOT_INITIALIZED, forbidden
+from oma_bridge.wire.params import AgentOverrides, ClientInfo, InitializeParams, OpenParams
+
+if TYPE_CHECKING:
+    from oma_bridge.server.agents.service import AgentService
+
+__all__ = ["AcpFacade", "Attachment"]
+
+logger = logging.getLogger("oma_bridge.server.acp")
+
+ACP_PROTOCOL_VERSION = 1
+PROFILE_META = "oma-bridge/profile"
+PAGE = 100
+
+
+def _not_found(session_id: object) -> WireError:
+    return WireError(INVALID_PARAMS, f"Unknown session: {session_id}", {"name": "NotFound"})
+
+
+def _bad(message: str) -> WireError:
+    return WireError(INVALID_PARAMS, message)
+
+
+def _iso(timestamp: float) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class Attachment:
+    """One ACP connection attached to one session: it follows the agent's journal."""
+
+    def __init__(self, session: Session, hosted: HostedAgent, cursor: int) -> None:
+        self.session = session
+        self.hosted = hosted
+        self.journal: Journal = hosted.journal
+        self.cursor = cursor
+        self._moved = anyio.Event()
+        self._scope = anyio.CancelScope()
+
+    def permission_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "sessionId": self.hosted.agent_id,
+            "toolCall": params["toolCall"],
+            "options": params["options"],
+        }
+
+    async def send_until_caught_up(self, *, replay: bool) -> None:
+        journal = self.journal
+        while self.cursor < journal.last_seq:
+            for entry in journal.after(max(self.cursor, journal.oldest_seq - 1)):
+                wire = journal.take(entry)["entry"]
+                for update in updates_of(wire, replay=replay):
+                    await self.session.notify(
+                        "session/update", {"sessionId": self.hosted.agent_id, "update": update}
+                    )
+                self.cursor = entry.seq
+                self._moved.set()
+                self._moved = anyio.Event()
+
+    async def pump(self) -> None:
+        """Send every new entry's updates until detached or the connection ends."""
+        with self._scope:
+            while not self.session.closed:
+                await self.journal.wait_beyond(self.cursor)
+                await self.send_until_caught_up(replay=False)
+
+    async def delivered(self, seq: int) -> None:
+        """Return once this client has been sent every update up to entry ``seq``."""
+        while self.cursor < seq and not self.session.closed:
+            await self._moved.wait()
+
+    def detach(self) -> None:
+        self._scope.cancel()
+        if self.hosted.acp_clients.get(self.session) is self:
+            del self.hosted.acp_clients[self.session]
+        self._moved.set()
+
+
+class AcpFacade:
+    """Builds the endpoint of each ACP connection; see the module docstring."""
+
+    def __init__(self, service: AgentService) -> None:
+        self.service = service
+
+    def endpoint(self, profile: str) -> Endpoint:
+        connection = _Connection(self, profile or None)
+        return Endpoint(
+            prefix="a",
+            on_request=connection.on_request,
+            on_notification=connection.on_notification,
+            cancel_param="requestId",
+        )
+
+
+class _Connection:
+    """One ACP client: its capabilities and the sessions it is attached to."""
+
+    def __init__(self, facade: AcpFacade, profile: str | None) -> None:
+        self.service = facade.service
+        self.profile = profile
+        self.client_capabilities: dict[str, Any] = {}
+        self.attachments: dict[str, Attachment] = {}
+        self._closing_hooked = False
+
+    # -- dispatch ------------------------------------------------------------
+
+    async def on_request(self, session: Session, method: str, params: Any) -> Any:
+        if method == "initialize":
+            return self._initialize(session, params)
+        if not session.initialized:
+            raise WireError(NOT_INITIALIZED, "Not initialized: send initialize first")
+        if not isinstance(params, dict):
+            raise _bad("params must be an object")
+        handler = {
+            "authenticate": self._authenticate,
+            "session/new": self._new,
+            "session/load": self._load,
+            "session/resume": self._resume,
+            "session/list": self._list,
+            "session/close": self._close,
+            "session/prompt": self._prompt,
+            "session/set_mode": self._passthrough,
+            "session/set_config_option": self._passthrough,
+        }.get(method)
+        if handler is None:
+            raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
+        return await handler(session, params)
+
+    async def on_notification(self, session: Session, method: str, params: Any) -> None:
+        if method == "session/cancel" and isinstance(params, dict):
+            self._cancel(params.get("sessionId"))
+
+    # -- initialize ----------------------------------------------------------
+
+    def _initialize(self, session: Session, params: Any) -> dict[str, Any]:
+        if session.initialized:
+            raise WireError(INVALID_REQUEST, "Invalid Request: already initialized")
+        if not isinstance(params, dict) or not isinstance(params.get("protocolVersion"), int):
+            raise _bad("initialize needs an integer protocolVersion")
+        capabilities = params.get("clientCapabilities")
+        self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        raw_info = params.get("clientInfo")
+        info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
+        name, version = info.get("name"), info.get("version")
+        session.init = InitializeParams(
+            protocolVersion=1,
+            clientInfo=ClientInfo(
+                name=name if isinstance(name, str) and name else "acp-client",
+                version=version if isinstance(version, str) else "",
+            ),
+        )
+        if not self._closing_hooked:
+            self._closing_hooked = True
+            session.on_close(lambda _session: self._detach_all())
+        profile = self._profile_or_none(self.profile)
+        kind = profile.kind if profile is not None else None
+        text_only = kind != "llm"
+        return {
+            "protocolVersion": ACP_PROTOCOL_VERSION,
+            "agentInfo": {
+                "name": f"oma-bridge/{self.profile}" if self.profile else "oma-bridge",
+                "title": (profile.description if profile else None)
+                or (self.profile or "oma-bridge"),
+                "version": __version__,
+            },
+            "authMethods": [],
+            "agentCapabilities": {
+                "loadSession": True,
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+                "promptCapabilities": {
+                    "image": not text_only,
+                    "audio": False,
+                    "embeddedContext": not text_only,
+                },
+                "mcpCapabilities": {"http": False, "sse": False},
+            },
+        }
+
+    async def _authenticate(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        raise _bad("this agent offers no authentication methods (authMethods is empty)")
+
+    # -- sessions ------------------------------------------------------------
+
+    def _profile_or_none(self, name: str | None) -> Profile | None:
+        return self.service.config.agents.get(name) if name else None
+
+    def _chosen_profile(self, params: dict[str, Any]) -> tuple[str, Profile]:
+        raw_meta = params.get("_meta")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        asked = meta.get(PROFILE_META)
+        name = self.profile or (asked if isinstance(asked, str) else None)
+        name = name or self.service.settings.acp_default_profile
+        names = ", ".join(sorted(self.service.config.agents))
+        if not name:
+            raise _bad(
+                f'name the profile in session/new\'s _meta["{PROFILE_META}"] '
+                f"(one of: {names}), or connect to /acp/<profile>"
+            )
+        profile = self._profile_or_none(name)
+        if profile is None:
+            raise _bad(f'no agent profile named "{name}" (the profiles: {names})')
+        return name, profile
+
+    def _folder(self, name: str, profile: Profile, params: dict[str, Any]) -> str | None:
+        """The folder a session of ``profile`` runs in, by the rules of ``docs/acp.md``."""
+        cwd = params.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise _bad("cwd must be a string (an absolute path)")
+        if profile.kind == "llm":
+            return cwd
+        fixed = getattr(profile, "cwd", None)
+        if fixed == "client":
+            if not cwd or not Path(cwd).is_absolute():
+                raise _bad(f'profile "{name}" runs in the client\'s folder: cwd must be absolute')
+            real = Path(os.path.realpath(cwd))
+            roots = [Path(os.path.realpath(root)) for root in self.service.settings.workspace_roots]
+            if not any(real == root or root in real.parents for root in roots):
+                shown = ", ".join(str(root) for root in roots)
+                raise forbidden(f"cwd {cwd} is outside the workspace roots ({shown})")
+            if not real.is_dir():
+                raise _bad(f"cwd {cwd} is not a folder")
+            return str(real)
+        if isinstance(fixed, Path) and cwd and os.path.realpath(cwd) != os.path.realpath(fixed):
+            raise forbidden(
+                f'profile "{name}" runs in {fixed}, not {cwd}; set cwd = "client" in its '
+                "profile to run it in the client's folder"
+            )
+        return cwd
+
+    async def _new(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        name, profile = self._chosen_profile(params)
+        folder = self._folder(name, profile, params)
+        backend_update: dict[str, Any] = {}
+        if profile.kind != "llm" and getattr(profile, "cwd", None) == "client" and folder:
+            backend_update["cwd"] = Path(folder) if profile.kind == "acp" else folder
+        servers = params.get("mcpServers") or []
+        if not isinstance(servers, list):
+            raise _bad("mcpServers must be an array")
+        meta: dict[str, Any] = {}
+        if servers and profile.kind == "acp" and getattr(profile, "client_mcp_servers", False):
+            backend_update["mcp_servers"] = tuple(s for s in servers if isinstance(s, dict))
+        elif servers:
+            ignored = [str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in servers]
+            meta["oma-bridge/ignoredMcpServers"] = ignored
+            logger.info(
+                "session/new on %s: mcpServers not forwarded (%s); set client_mcp_servers = true "
+                "on an acp profile to forward them",
+                name,
+                ", ".join(ignored),
+            )
+        agent_id = "agt_" + secrets.token_hex(8)
+        hosted = self.service._host(
+            session, agent_id, name, AgentOverrides(), backend_update=backend_update
+        )
+        hosted.meta.update({"cwd": folder or "", "updatedAt": time.time()})
+        self.service.store.create(agent_id, name, {})
+        self.service.store.write(agent_id, {"meta": {"cwd": folder or ""}})
+        self._attach(session, hosted, hosted.journal.last_seq)
+        logger.info("ACP session %s opened (profile %s) by %s", agent_id, name, session.id)
+        answer: dict[str, Any] = {"sessionId": agent_id}
+        if meta:
+            answer["_meta"] = meta
+        return answer
+
+    def _hosted(self, session: Session, session_id: object) -> HostedAgent:
+        """A live session, or one persisted before a restart, brought back."""
+        if not isinstance(session_id, str):
+            raise _bad("sessionId must be a string")
+        hosted = self.service.agents.get(session_id)
+        if hosted is None or hosted.closed:
+            persisted = self.service.restorable.get(session_id)
+            if persisted is None or (self.profile and persisted.profile != self.profile):
+                raise _not_found(session_id)
+            self.service._resume(session, OpenParams(profile=persisted.profile, resume=session_id))
+            hosted = self.service.agents[session_id]
+        if self.profile and hosted.profile_name != self.profile:
+            raise _not_found(session_id)
+        return hosted
+
+    def _attach(self, session: Session, hosted: HostedAgent, cursor: int) -> Attachment:
+        previous = self.attachments.pop(hosted.agent_id, None)
+        if previous is not None:
+            previous.detach()
+        attachment = Attachment(session, hosted, cursor)
+        self.attachments[hosted.agent_id] = attachment
+        hosted.acp_clients[session] = attachment
+        hosted.use(session)
+        session.start_soon(attachment.pump)
+        return attachment
+
+    async def _load(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        hosted = self._hosted(session, params.get("sessionId"))
+        attachment = Attachment(session, hosted, 0)
+        # The whole journal first, then live: the registration follows the
+        # replay with no await between, so no entry falls in the gap.
+        await attachment.send_until_caught_up(replay=True)
+        self._attach(session, hosted, attachment.cursor)
+        return {}
+
+    async def _resume(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        hosted = self._hosted(session, params.get("sessionId"))
+        self._attach(session, hosted, hosted.journal.last_seq)
+        return {}
+
+    async def _list(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        cwd = params.get("cwd")
+        cursor = params.get("cursor")
+        start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() else 0
+        rows: list[dict[str, Any]] = []
+        for hosted in self.service.agents.values():
+            rows.append({"id": hosted.agent_id, "profile": hosted.profile_name, **hosted.meta})
+        for persisted in self.service.restorable.values():
+            rows.append(
+                {
+                    "id": persisted.agent_id,
+                    "profile": persisted.profile,
+                    "updatedAt": persisted.created_at,
+                    **persisted.meta,
+                }
+            )
+        rows = [
+            row
+            for row in rows
+            if (not self.profile or row["profile"] == self.profile)
+            and (not isinstance(cwd, str) or row.get("cwd") == cwd)
+        ]
+        rows.sort(key=lambda row: float(row.get("updatedAt") or 0), reverse=True)
+        page = rows[start : start + PAGE]
+        sessions = []
+        for row in page:
+            item: dict[str, Any] = {
+                "sessionId": row["id"],
+                "cwd": row.get("cwd") or "",
+                "updatedAt": _iso(float(row.get("updatedAt") or time.time())),
+            }
+            if row.get("title"):
+                item["title"] = row["title"]
+            sessions.append(item)
+        answer: dict[str, Any] = {"sessions": sessions}
+        if start + PAGE < len(rows):
+            answer["nextCursor"] = str(start + PAGE)
+        return answer
+
+    async def _close(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        hosted = self._hosted(session, params.get("sessionId"))
+        for attachment in list(hosted.acp_clients.values()):
+            if isinstance(attachment, Attachment):
+                attachment.detach()
+        self.attachments.pop(hosted.agent_id, None)
+        await self.service._close(hosted, forget=True)
+        return {}
+
+    # -- turns ---------------------------------------------------------------
+
+    async def _prompt(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        hosted = self._hosted(session, params.get("sessionId"))
+        attachment = self.attachments.get(hosted.agent_id)
+        if attachment is None:
+            attachment = self._attach(session, hosted, hosted.journal.last_seq)
+        # Refused before anything is spawned or opened (docs/acp.md, rule F2).
+        run_input = prompt_input(params.get("prompt"), hosted.agent.kind, hosted.profile_name)
+        try:
+            turn = hosted.agent.prepare_prompt_input(run_input)
+        except InvalidMessageError as error:
+            raise WireError(
+                INVALID_PARAMS, error.message, {"name": error.name, "code": error.code}
+            ) from None
+        if not hosted.meta.get("title"):
+            title = run_input if isinstance(run_input, str) else _first_text(run_input)
+            if title:
+                hosted.meta["title"] = title.strip().splitlines()[0][:80] if title.strip() else ""
+                self.service.store.write(hosted.agent_id, {"meta": {"title": hosted.meta["title"]}})
+        result = await self.service.turn(
+            session,
+            hosted,
+            "session/prompt",
+            turn,
+            journaled_input=run_input,
+            keep_going=True,
+        )
+        end = _run_end_seq(hosted.journal, result.run_id)
+        if end is not None:
+            await attachment.delivered(end)
+        return stop_reason(result.to_wire())
+
+    def _cancel(self, session_id: object) -> None:
+        for run in list(self.service.runs.live.values()):
+            if run.agent_id == session_id:
+                self.service.runs.cancel(run)
+
+    async def _passthrough(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        hosted = self._hosted(session, params.get("sessionId"))
+        raise WireError(
+            METHOD_NOT_FOUND,
+            f'profile "{hosted.profile_name}" ({hosted.agent.kind}) has no modes or config options '
+            "to set through the facade",
+        )
+
+    def _detach_all(self) -> None:
+        for attachment in list(self.attachments.values()):
+            attachment.detach()
+        self.attachments.clear()
+
+
+def _first_text(blocks: list[dict[str, Any]]) -> str:
+    for block in blocks:
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            return str(block["text"])
+    return ""
+
+
+def _run_end_seq(journal: Journal, run_id: str) -> int | None:
+    for entry in reversed(journal.entries()):
+        if entry.data["type"] == "run_end" and entry.data.get("runId") == run_id:
+            return entry.seq
+    return None
