@@ -102,6 +102,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "--after-seq", type=int, metavar="N", help="replay the journal after entry N first"
     )
 
+    acp = commands.add_parser(
+        "acp",
+        help="serve a profile as an ACP agent on stdio (an editor's agent command)",
+        parents=[remote],
+    )
+    acp.add_argument("profile", help="a profile name (see `oma-bridge agents`)")
+    acp.add_argument(
+        "--no-autostart", action="store_true", help="do not start a daemon when none is running"
+    )
+
     audit = commands.add_parser("audit", help="show the audit log as a table")
     audit.add_argument("--follow", action="store_true", help="keep printing new records")
     audit.add_argument("--agent", metavar="ID", help="only the records of this agent")
@@ -122,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         return _serve(args)
+    if args.command == "acp":
+        from oma_bridge.shim import main as shim
+
+        return shim(args)
     from oma_bridge.client import ConnectOptionError, DaemonError, DaemonNotRunningError
 
     try:

@@ -1,0 +1,224 @@
+"""``oma-bridge acp <profile>``: an ACP agent on stdio that is the daemon's ``/acp/<profile>``.
+
+An editor starts one per agent session, so the shim is small and quick to
+start: it imports the standard library and ``websockets`` only (no pydantic,
+no agent layer, not the server).  Each line of stdin is sent as one
+websocket frame as soon as it arrives, and each frame is written to stdout
+as one line, flushed: nothing is buffered that a turn could feel.  stdout
+carries ACP only; every diagnostic goes to stderr.
+
+The daemon is found through its discovery file (or ``--url``).  When none
+answers, the shim starts one (``oma-bridge serve``, in a session of its own,
+logging to ``<state>/daemon.log``) and waits for it, unless
+``--no-autostart`` is given: then it answers the client's first request with
+an error that names the cause.  Closing stdin ends the shim and only
+detaches its sessions; the daemon and its agents go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect, unix_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir, default_state_dir
+
+__all__ = ["main"]
+
+#: How long a started daemon may take to write its discovery file.
+_START_TIMEOUT_S = 20.0
+#: The ACP line ceiling of the relay (a frame as large as the daemon takes).
+_MAX_LINE = 64 * 1024 * 1024
+
+
+class Unreachable(Exception):
+    """No daemon answers where the shim looked (the reason is the message)."""
+
+
+class Refused(Exception):
+    """The daemon answered the upgrade with an HTTP error (an unknown profile: 404)."""
+
+
+def _say(message: str) -> None:
+    print(f"oma-bridge acp: {message}", file=sys.stderr, flush=True)
+
+
+def _discovery() -> dict[str, Any]:
+    path = default_runtime_dir() / DISCOVERY_NAME
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise Unreachable(f"no daemon is running (no {path})") from None
+    except (OSError, ValueError) as error:
+        raise Unreachable(f"cannot read {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise Unreachable(f"{path} is not a discovery file")
+    return data
+
+
+async def _open(
+    profile: str, url: str | None, token: str | None, ca_file: Path | None
+) -> ClientConnection:
+    """The websocket to ``/acp/<profile>`` of the daemon named by ``url`` or the discovery file."""
+    path = f"/acp/{profile}"
+    options: dict[str, Any] = {
+        "compression": None,
+        "max_size": None,
+        "open_timeout": 10,
+        "subprotocols": ["acp.v1"],
+    }
+    try:
+        if url is not None:
+            target = url.rstrip("/") + path
+            if token:
+                options["additional_headers"] = {"Authorization": f"Bearer {token}"}
+            if target.startswith("wss://"):
+                options["ssl"] = ssl.create_default_context(
+                    cafile=str(ca_file) if ca_file else None
+                )
+            return await connect(target, **options)
+        found = _discovery()
+        if found.get("token"):
+            options["additional_headers"] = {"Authorization": f"Bearer {found['token']}"}
+        if found.get("socket"):
+            return await unix_connect(str(found["socket"]), f"ws://localhost{path}", **options)
+        if found.get("url"):
+            return await connect(str(found["url"]).rstrip("/") + path, **options)
+        raise Unreachable("the discovery file names neither a socket nor a url")
+    except InvalidStatus as error:
+        status = error.response.status_code
+        if status == 404:
+            raise Refused(f'the daemon has no agent profile named "{profile}"') from None
+        raise Refused(f"the daemon refused the connection: HTTP {status}") from None
+    except (OSError, ConnectionClosed, TimeoutError) as error:
+        raise Unreachable(f"cannot connect to the daemon: {error}") from None
+
+
+def _start_daemon() -> None:
+    """``oma-bridge serve`` detached into its own session, logging to the state folder."""
+    log_dir = default_state_dir()
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with (log_dir / "daemon.log").open("ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "oma_bridge.cli", "serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+    _say(f"started a daemon (its log: {log_dir / 'daemon.log'})")
+
+
+async def _connect(profile: str, args: Any) -> ClientConnection:
+    token = args.token_file.read_text().strip() if args.token_file else None
+    try:
+        return await _open(profile, args.url, token, args.ca_file)
+    except Unreachable as error:
+        if args.no_autostart or args.url is not None:
+            raise
+        _say(f"{error}; starting one")
+    _start_daemon()
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while True:
+        await asyncio.sleep(0.05)
+        try:
+            return await _open(profile, None, None, None)
+        except Unreachable:
+            if time.monotonic() > deadline:
+                raise Unreachable(
+                    f"the daemon did not start within {_START_TIMEOUT_S:g}s "
+                    f"(see {default_state_dir() / 'daemon.log'})"
+                ) from None
+
+
+async def _stdin_reader() -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=_MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return reader
+
+
+def _write(line: bytes) -> None:
+    out = sys.stdout.buffer
+    out.write(line)
+    out.write(b"\n")
+    out.flush()
+
+
+async def _refuse_first_request(reason: str) -> None:
+    """Answer the client's first request (its ``initialize``) with an error naming ``reason``."""
+    reader = await _stdin_reader()
+    while line := await reader.readline():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and "id" in message and "method" in message:
+            error = {"code": -32603, "message": f"oma-bridge: {reason}"}
+            _write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}).encode())
+            return
+
+
+async def _relay(ws: ClientConnection) -> int:
+    reader = await _stdin_reader()
+    ended_by: list[str] = []
+
+    async def upstream() -> None:
+        while line := await reader.readline():
+            text = line.rstrip(b"\r\n")
+            if text.strip():
+                await ws.send(text.decode("utf-8", "replace"))
+        ended_by.append("stdin")
+        await ws.close()  # stdin closed: detach, the sessions stay in the daemon
+
+    async def downstream(up: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            async for frame in ws:
+                _write(frame.encode() if isinstance(frame, str) else frame)
+        if not ended_by:
+            ended_by.append("daemon")
+            up.cancel()  # nothing more can be sent
+
+    # asyncio's own task group: the shim does without anyio to start faster.
+    async with asyncio.TaskGroup() as tasks:
+        up = tasks.create_task(upstream())
+        tasks.create_task(downstream(up))
+    if ended_by[:1] == ["daemon"]:
+        _say(f"the daemon closed the connection ({ws.close_code} {ws.close_reason})")
+        return 1
+    return 0
+
+
+async def _main(args: Any) -> int:
+    try:
+        ws = await _connect(args.profile, args)
+    except (Unreachable, Refused) as error:
+        _say(str(error))
+        await _refuse_first_request(str(error))
+        return 3 if isinstance(error, Unreachable) else 2
+    except OSError as error:  # --token-file that cannot be read
+        _say(str(error))
+        return 2
+    async with ws:
+        return await _relay(ws)
+
+
+def main(args: Any) -> int:
+    """Run the shim for the parsed ``oma-bridge acp`` arguments."""
+    if os.environ.get("OMA_BRIDGE_SHIM_DEBUG"):
+        _say(f"profile {args.profile}")
+    try:
+        return asyncio.run(_main(args))
+    except KeyboardInterrupt:
+        return 130
