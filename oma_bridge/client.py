@@ -1,4 +1,4 @@
-"""An async Python client of the daemon's wire protocol (PROTOCOL.md).
+"""An async Python client of the daemon's wire protocol (docs/contract.md).
 
 ::
 
@@ -8,7 +8,7 @@
         async for event in agent.stream("hello again"):
             print(event.type, event.data)
 
-A daemon that is not local (PROTOCOL §17) is reached by its TCP listener::
+A daemon that is not local (docs/contract.md §17) is reached by its TCP listener::
 
     async with connect(url="wss://bridge.example:7878/", token_file="token",
                        ca_file="ca.pem") as client:   # ca_file: else the system's CAs
@@ -84,7 +84,7 @@ class ConnectOptionError(ValueError):
 
 
 class DaemonError(WireError):
-    """A JSON-RPC error answer from the daemon (see PROTOCOL.md §7)."""
+    """A JSON-RPC error answer from the daemon (see docs/contract.md §7)."""
 
 
 @dataclass(frozen=True)
@@ -498,7 +498,7 @@ class Client:
 
 
 def read_token_file(path: Path | str) -> str:
-    """The token in ``path``: its content with surrounding whitespace stripped (PROTOCOL §11.29)."""
+    """The token in ``path``: its content, stripped of surrounding whitespace (§11.29)."""
     try:
         token = Path(path).read_text(encoding="ascii").strip()
     except OSError as error:

@@ -172,7 +172,7 @@ class BackendError(OMAError):
 
 
 class AuthRequiredError(BackendError):
-    """An ACP agent answered -32000: it needs authentication (PROTOCOL §11.33)."""
+    """An ACP agent answered -32000: it needs authentication (docs/contract.md §11.33)."""
 
     code = "AUTH_REQUIRED"
     retryable = False

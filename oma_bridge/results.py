@@ -1,7 +1,7 @@
 """What a run produces: :class:`AgentRunResult` and :class:`StreamEvent`.
 
 Plain dataclasses inside the library; ``to_wire()`` gives exactly the JSON
-shapes of PROTOCOL.md §6 (camelCase fields, OMA's ``snake_case`` inside
+shapes of docs/contract.md §6 (camelCase fields, OMA's ``snake_case`` inside
 token usage and message blocks).
 """
 

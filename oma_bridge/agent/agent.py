@@ -196,7 +196,7 @@ class Agent:
         """Validate now, then return an async iterator of :class:`StreamEvent`.
 
         A plain method (not an async generator) so that bad input raises here,
-        before any event (D11).  The stream ends with ``done`` carrying the
+        before any event (docs/decisions.md, D11).  The stream ends with ``done`` carrying the
         result, or with ``error`` alone when a hook failed.  Leaving it early
         (``break``, ``aclose()``, ``async with``) cancels the run and ends its
         processes.
@@ -273,7 +273,7 @@ class Agent:
             with anyio.CancelScope(shield=True):
                 await asyncio.wait(list(self._streams))
         # Runs awaited by other tasks end too before the backend goes, so that
-        # their processes are gone when close() returns (PROTOCOL §11.36).
+        # their processes are gone when close() returns (docs/contract.md §11.36).
         with anyio.CancelScope(shield=True):
             for run in live:
                 await run.ended.wait()

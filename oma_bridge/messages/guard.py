@@ -3,7 +3,7 @@
 :func:`validate_messages` (and :func:`validate_content_blocks` for the
 ``prompt`` path) runs open-multi-agent's ``assertValidMessages`` checks with
 its exact error strings, then oma_bridge's checks on the internals of known
-block types (``docs/messages.md``, rule M1).  An M1 violation is raised only
+block types (``docs/decisions.md``, D1).  A D1 violation is raised only
 once the reference's checks have passed the whole input, so an input the
 reference rejects keeps the reference's message.  Unknown block types pass
 unchanged.  Nothing here recurses without bound: hostile input gets an
@@ -250,7 +250,7 @@ def _check_tool_result(block: dict[str, Any], path: str) -> None:
 
 # --------------------------------------------------------------------------
 # The guard, one pass: OMA's checks raise at once; oma_bridge's stricter checks
-# on known block internals (D1) are only remembered, and the first of them is
+# on known block internals (docs/decisions.md, D1) are only remembered, and the first of them is
 # raised after OMA's checks have passed the whole input.  So an input OMA
 # rejects keeps OMA's exact message, as with two passes, for the price of one.
 
@@ -264,7 +264,7 @@ def validate_messages(messages: object) -> None:
     """
     if not isinstance(messages, _ARRAY):
         raise _invalid("messages", f"must be an array, got {_type_name(messages)}")
-    strict: InvalidMessageError | None = None  # the first D1 violation
+    strict: InvalidMessageError | None = None  # the first D1 violation (docs/decisions.md)
     # This loop runs on every block of every input and history, so a text
     # block costs no index and no string work; see _block_path.
     for i, message in enumerate(messages):

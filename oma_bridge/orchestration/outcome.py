@@ -1,6 +1,6 @@
 """What a team run produces: :class:`TeamTask` per task, :class:`TeamRunResult` for the run.
 
-``to_wire()`` gives PROTOCOL.md §15's shapes; the library-only fields
+``to_wire()`` gives docs/contract.md §15's shapes; the library-only fields
 (``status``, ``reason``, timings, the coordinator's results) stay off the
 wire.  How ``output`` is combined is in docs/teams.md ("The result").
 """

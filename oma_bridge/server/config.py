@@ -145,7 +145,7 @@ class ServerSection(_Frozen):
     tcp: TcpEndpoint | None = Field(default=None, validate_default=True)
     token_file: ConfigPath | None = None
     #: PEM certificate (chain) and private key: the TCP listener speaks
-    #: ``wss://`` (PROTOCOL §17); both or neither.
+    #: ``wss://`` (docs/contract.md §17); both or neither.
     tls_cert: ConfigPath | None = None
     tls_key: ConfigPath | None = Field(default=None, validate_default=True)
     #: A listener beyond this machine without TLS starts only with this set.
@@ -349,7 +349,7 @@ class ServerConfig(_Frozen):
 
         The token variable and the key variable of every LLM profile (its
         ``api_key_env``, else the provider's default).  An external profile
-        lists in ``pass_env`` those it needs anyway (PROTOCOL §11.38).
+        lists in ``pass_env`` those it needs anyway (docs/contract.md §11.38).
         """
         from oma_bridge.provider_keys import DEFAULT_KEY_ENV
 

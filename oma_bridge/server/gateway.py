@@ -6,7 +6,7 @@ itself (-32700 not JSON, -32600 not a request), runs every request in its
 own task (so requests may be pipelined and answered in any order) and
 matches the client's answers to the daemon's own requests.
 
-On top of it, :class:`Gateway` enforces the lifecycle of PROTOCOL §3: the
+On top of it, :class:`Gateway` enforces the lifecycle of docs/contract.md §3: the
 first request must be ``initialize`` (anything else gets -32002 and the
 connection stays open), a second ``initialize`` gets -32600, an unsupported
 ``protocolVersion`` gets -32003 with ``{"supported": [1]}``.  Then it looks

@@ -1,14 +1,14 @@
 """Declared agent profiles: their public view, and the library config they stand for.
 
 :func:`agent_profile_info` is what clients may learn: exactly ``{"name",
-"kind", "description"?, "model"?}`` (PROTOCOL §4, §11.27); nothing about
+"kind", "description"?, "model"?}`` (docs/contract.md §4, §11.27); nothing about
 commands, arguments, environments or folders leaves the daemon.
 
 :func:`profile_agent_config` turns a profile into the library's
 :class:`~oma_bridge.agent.AgentConfig` (with a ``ProcessConfig`` or
 ``AcpConfig`` backend for external kinds).  ``timeout_s`` goes to the
 backend config of external kinds and to ``timeout_ms`` of an LLM agent;
-``stop_grace_s`` falls back to the ``[server]`` value (PROTOCOL §11.37).
+``stop_grace_s`` falls back to the ``[server]`` value (docs/contract.md §11.37).
 """
 
 from __future__ import annotations

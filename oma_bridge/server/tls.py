@@ -1,6 +1,6 @@
 """TLS for the TCP listener, and the rule that keeps the token off the network in clear.
 
-PROTOCOL §17: with ``tls_cert`` and ``tls_key`` the TCP listener speaks
+docs/contract.md §17: with ``tls_cert`` and ``tls_key`` the TCP listener speaks
 ``wss://`` (TLS 1.2 or later, stdlib :mod:`ssl`); the unix socket never
 does (its permissions guard it).  A listener beyond this machine without
 TLS would hand the token to anyone on the path, so it refuses to start

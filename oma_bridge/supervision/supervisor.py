@@ -384,7 +384,7 @@ class SupervisedProcess:
         then SIGTERM to the group and the rest of ``grace_s`` for the tree to
         exit; then SIGKILL to the group and to every escapee, and up to
         :data:`KILL_WAIT_S` for them to vanish.  So it returns within
-        ``grace_s`` + :data:`KILL_WAIT_S` (PROTOCOL §11.36).  A child that
+        ``grace_s`` + :data:`KILL_WAIT_S` (docs/contract.md §11.36).  A child that
         already exited only gets its group swept with SIGKILL: the run is
         over, and whatever it left would hold our pipes.
         """

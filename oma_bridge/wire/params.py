@@ -30,7 +30,7 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class WireParams(BaseModel):
-    """Base of params models: frozen, and an unknown key is -32602 (PROTOCOL §11.6)."""
+    """Base of params models: frozen, and an unknown key is -32602 (docs/contract.md §11.6)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -103,7 +103,7 @@ class LLMMessage(TypedDict):
 
 
 # ---------------------------------------------------------------------------
-# Results and events (PROTOCOL §6; oma_bridge.results.*.to_wire)
+# Results and events (docs/contract.md §6; oma_bridge.results.*.to_wire)
 
 
 @with_config(_CLOSED)
@@ -145,7 +145,7 @@ class RunIdentity(TypedDict):
 
 
 def _success_means_ok(schema: dict[str, Any]) -> None:
-    # PROTOCOL §6: success is true exactly when status.code is "ok".
+    # docs/contract.md §6: success is true exactly when status.code is "ok".
     ok = {"properties": {"status": {"properties": {"code": {"const": "ok"}}}}}
     schema["if"] = {"properties": {"success": {"const": True}}}
     schema["then"] = ok
@@ -482,7 +482,7 @@ class DaemonStatus(TypedDict):
 
 
 # ---------------------------------------------------------------------------
-# The daemon's requests (PROTOCOL §5) and the answers it accepts
+# The daemon's requests (docs/contract.md §5) and the answers it accepts
 
 
 @with_config(_CLOSED)
@@ -571,7 +571,7 @@ class CancelRequestParams(TypedDict):
 
 
 # ---------------------------------------------------------------------------
-# Error data (PROTOCOL §7)
+# Error data (docs/contract.md §7)
 
 
 @with_config(_CLOSED)

@@ -1,13 +1,13 @@
 """``AcpBackend``: one ACP agent process and one protocol session, reused across runs.
 
-Lifecycle (PROTOCOL.md §11.23, §11.32-36; oma-semantics.md §10 and D3-D9):
+Lifecycle (docs/contract.md §11.23, §11.32-36; docs/decisions.md, D3-D9):
 
 * **Lazy start.** The first run spawns the agent (own process group), sends
   ``initialize`` (protocol 1, client info, the capabilities the profile
   really serves), ``authenticate`` only with the profile's ``auth_method``
   when the agent advertises it, then ``session/new`` (or ``session/resume`` /
   ``session/load`` after a respawn, when advertised), then applies the
-  profile's model.  A pre-cancelled run never spawns (D5); a cancel or a
+  profile's model.  A pre-cancelled run never spawns (docs/decisions.md, D5); a cancel or a
   failure during start-up ends the half-started agent, and the next run
   starts afresh.
 * **A run is one ``session/prompt``** with one text block; the system prompt
@@ -15,7 +15,7 @@ Lifecycle (PROTOCOL.md §11.23, §11.32-36; oma-semantics.md §10 and D3-D9):
 * **Cancel.** ``session/cancel``, every held permission request answered
   ``cancelled``, then up to ``cancel_grace_s`` for the turn to end (any
   answer or error ends it); past that the agent's tree is ended and the next
-  run respawns it.  The run itself always ends cancelled (D3).
+  run respawns it.  The run itself always ends cancelled (docs/decisions.md, D3).
 * **Crash or stdout EOF** fails every pending request and the run (exit
   status and stderr tail in the message); the next run respawns.
 * :meth:`AcpBackend.aclose` ends the whole process tree.
@@ -131,7 +131,7 @@ class AcpBackend:
         text = last_user_text(ctx.messages, "\n").strip()
         if not text:
             raise BackendError(f'ACP backend "{self.label}" received an empty prompt.')
-        # D5: a run cancelled before it starts never spawns anything.
+        # docs/decisions.md, D5: a run cancelled before it starts never spawns anything.
         await anyio.lowlevel.checkpoint_if_cancelled()
         if self._closed:
             raise BackendError(f'ACP agent "{self.label}" is closed')

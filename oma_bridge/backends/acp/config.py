@@ -14,7 +14,7 @@ __all__ = ["AcpConfig"]
 
 
 class AcpConfig(BaseModel):
-    """How to start and drive one ACP agent (PROTOCOL.md §9, §11.14).
+    """How to start and drive one ACP agent (docs/contract.md §9, §11.14).
 
     ``permission``: ``"client"`` asks whoever started the run (the
     ``permission_handler`` of the :class:`~oma_bridge.agent.Agent`, or the
@@ -45,7 +45,7 @@ class AcpConfig(BaseModel):
     mcp_servers: tuple[dict[str, Any], ...] = ()
     cancel_grace_s: float = Field(default=10.0, ge=0)
     #: A ``permission = "client"`` request unanswered this long gets the
-    #: least-privilege reject option (PROTOCOL.md §11.12); ``None``: no limit.
+    #: least-privilege reject option (docs/contract.md §11.12); ``None``: no limit.
     permission_timeout_s: float | None = Field(default=None, gt=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
     #: A session of this agent to continue (``session/resume`` or ``session/load``,

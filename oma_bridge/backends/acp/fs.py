@@ -1,7 +1,7 @@
 """``fs/read_text_file`` and ``fs/write_text_file``, confined to the agent's cwd.
 
 Paths are resolved with ``realpath`` (symlinks and ``..`` included) before the
-check, so neither can leave the directory (PROTOCOL.md §11.13).
+check, so neither can leave the directory (docs/contract.md §11.13).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The agent's stdio: a bounded line reader over a supervised agent process.
 
 ACP frames are newline-delimited JSON on the agent's stdout.  The reader here
-is written for the failure modes real agents show (acp-client.md §10):
+is written for the failure modes real agents show (see docs/acp.md):
 
 * a line longer than ``max_line_bytes`` (default 32 MiB) fails the
   connection cleanly instead of growing a buffer without bound;
@@ -219,7 +219,7 @@ class AgentProcess:
         return self.process.returncode
 
     async def terminate(self, stop_grace_s: float) -> None:
-        """End the agent's whole tree within ``stop_grace_s`` + 2 s (PROTOCOL.md §11.36).
+        """End the agent's whole tree within ``stop_grace_s`` + 2 s (docs/contract.md §11.36).
 
         The supervisor's stop sequence, stdin first: a polite agent leaves
         on EOF.

@@ -1,6 +1,6 @@
 """One prompt turn: maps ``session/update`` notifications to stream events and results.
 
-The mapping follows the reference (oma-semantics.md §10) and adds what a
+The mapping follows the reference (open-multi-agent's mapping of ACP updates) and adds what a
 stream consumer needs:
 
 * ``agent_message_chunk`` text -> one ``text`` event per chunk (OMA's
@@ -10,7 +10,7 @@ stream consumer needs:
   the deltas of a read: every event crosses the agent's relay (and, in the
   daemon, a WebSocket frame), which costs far more than parsing a chunk.  A
   live agent whose chunks come a read apiece still gives one event per
-  chunk; joined, the events always equal ``output`` (PROTOCOL.md §11.26);
+  chunk; joined, the events always equal ``output`` (docs/contract.md §11.26);
 * ``agent_thought_chunk`` text -> ``reasoning`` events;
 * ``tool_call`` / ``tool_call_update`` -> :class:`ToolCallRecord` when a
   call completes or fails (and the raw update as an ``update`` event);

@@ -1,7 +1,7 @@
 """The LLM backend: the model/tool loop of one run over an adapter.
 
 Each turn streams one model answer (token deltas are relayed as ``text``
-events as they arrive, D10; deltas that arrived in one network read travel as
+events as they arrive (docs/decisions.md, D10); deltas that arrived in one network read travel as
 one event), then runs the tools it asked for and feeds their
 results back, until the model answers without a tool call or ``max_turns``
 model turns were made.  Token usage accumulates over the turns; after each

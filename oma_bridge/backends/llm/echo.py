@@ -1,4 +1,4 @@
-"""The ``echo`` provider: offline, deterministic, no key (PROTOCOL.md §10, §11.31).
+"""The ``echo`` provider: offline, deterministic, no key (docs/contract.md §10, §11.31).
 
 It answers with what reached it: the blocks of the last user message in
 order (text as itself, an image as ``[image:<media_type>]``, any other block

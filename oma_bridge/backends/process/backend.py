@@ -1,4 +1,4 @@
-"""``ProcessBackend``: one supervised command per run (reference §9, PROTOCOL §11.1-5)."""
+"""``ProcessBackend``: one supervised command per run (docs/contract.md §11.1-5)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = ["ProcessBackend", "build_prompt"]
 def build_prompt(system_prompt: str | None, messages: list[LLMMessage]) -> str:
     """The prompt text: trimmed system prompt and last user text, blank-line joined.
 
-    Empty parts are dropped (PROTOCOL §11.1-2).
+    Empty parts are dropped (docs/contract.md §11.1-2).
     """
     parts = ((system_prompt or "").strip(), last_user_text(messages, "\n").strip())
     return "\n\n".join(part for part in parts if part)
