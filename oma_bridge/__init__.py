@@ -14,9 +14,9 @@ the backends it does not use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from oma_bridge._lazy import lazy_attributes
 from oma_bridge._version import __version__
 
 if TYPE_CHECKING:
@@ -212,13 +212,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _HOMES)
 
 
 def __dir__() -> list[str]:

@@ -6,8 +6,9 @@ imported without anyio (the ACP shim and the command line stay light).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from oma_bridge._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from oma_bridge.rpc.core import (
@@ -27,22 +28,6 @@ if TYPE_CHECKING:
     )
     from oma_bridge.rpc.peer import ConnectionClosedError, Peer, PendingCall, unwrap_single_error
 
-_CORE = (
-    "CANCEL_METHOD",
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "PARSE_ERROR",
-    "REQUEST_CANCELLED",
-    "Event",
-    "Message",
-    "RequestId",
-    "RpcCore",
-    "encode",
-    "id_key",
-)
-_PEER = ("ConnectionClosedError", "Peer", "PendingCall", "unwrap_single_error")
 
 __all__ = [
     "CANCEL_METHOD",
@@ -64,14 +49,8 @@ __all__ = [
     "unwrap_single_error",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _CORE:
-        module = "oma_bridge.rpc.core"
-    elif name in _PEER:
-        module = "oma_bridge.rpc.peer"
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+_PEER = ("ConnectionClosedError", "Peer", "PendingCall", "unwrap_single_error")
+__getattr__ = lazy_attributes(
+    __name__,
+    {name: "oma_bridge.rpc.peer" if name in _PEER else "oma_bridge.rpc.core" for name in __all__},
+)

@@ -21,8 +21,9 @@ variable, never a value) and setting the variable later heals the agent.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from oma_bridge._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from oma_bridge.backends.llm.anthropic import AnthropicAdapter
@@ -100,10 +101,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _HOMES)
