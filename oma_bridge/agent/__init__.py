@@ -5,6 +5,7 @@ from oma_bridge.agent.agent import (
     AgentConfig,
     AgentState,
     RunStream,
+    closing_events,
     current_run_id,
     prepare_run_input,
 )
@@ -14,6 +15,7 @@ __all__ = [
     "AgentConfig",
     "AgentState",
     "RunStream",
+    "closing_events",
     "current_run_id",
     "prepare_run_input",
 ]

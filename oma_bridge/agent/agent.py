@@ -633,6 +633,19 @@ class RunStream:
             self._outcome.stop(task)
 
 
+def closing_events(result: AgentRunResult) -> list[StreamEvent]:
+    """How a stream ends for ``result``: ``done`` (after an ``error`` for a backend,
+    provider or internal failure), or ``error`` alone when a hook failed."""
+    info = result.error_info
+    if info is not None and info.kind == "callback":
+        return [_error_event(info.name, result.output, info.code)]
+    events = []
+    if info is not None and info.kind in ("backend", "provider", "internal"):
+        events.append(_error_event(info.name, info.message or result.output, info.code))
+    events.append(StreamEvent("done", result))
+    return events
+
+
 def _error_event(name: str | None, message: str, code: str | None) -> StreamEvent:
     data: dict[str, Any] = {"name": name or "Error", "message": message}
     if code:
@@ -664,13 +677,7 @@ async def _produce(
                     raise_callback_errors=True,
                 )
             except _HookFailed as failed:
-                outcome.result = failed.result
-                info = failed.result.error_info
-                name, code = (info.name, info.code) if info is not None else (None, None)
-                await send.send(_error_event(name, failed.result.output, code))
-                return
+                result = failed.result
             outcome.result = result
-            info = result.error_info
-            if info is not None and info.kind in ("backend", "provider", "internal"):
-                await send.send(_error_event(info.name, info.message or result.output, info.code))
-            await send.send(StreamEvent("done", result))
+            for event in closing_events(result):
+                await send.send(event)

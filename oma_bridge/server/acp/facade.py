@@ -23,14 +23,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from oma_bridge._version import __version__
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.rpc.core import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
-from oma_bridge.server.agents.journal import Journal
+from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.registry import HostedAgent
+from oma_bridge.server.agents.watchers import Follower
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
@@ -62,16 +61,17 @@ def _iso(timestamp: float) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-class Attachment:
+class Attachment(Follower):
     """One ACP connection attached to one session: it follows the agent's journal."""
 
+    #: An editor's session must not end because the journal outran it.
+    skip_gaps = True
+
     def __init__(self, session: Session, hosted: HostedAgent, cursor: int) -> None:
-        self.session = session
+        super().__init__(session, hosted.journal, cursor)
         self.hosted = hosted
-        self.journal: Journal = hosted.journal
-        self.cursor = cursor
-        self._moved = anyio.Event()
-        self._scope = anyio.CancelScope()
+        #: A ``session/load`` replay: user turns are sent too.
+        self.replay = False
 
     def permission_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -80,36 +80,16 @@ class Attachment:
             "options": params["options"],
         }
 
-    async def send_until_caught_up(self, *, replay: bool) -> None:
-        journal = self.journal
-        while self.cursor < journal.last_seq:
-            for entry in journal.after(max(self.cursor, journal.oldest_seq - 1)):
-                wire = journal.take(entry)["entry"]
-                for update in updates_of(wire, replay=replay):
-                    await self.session.notify(
-                        "session/update", {"sessionId": self.hosted.agent_id, "update": update}
-                    )
-                self.cursor = entry.seq
-                self._moved.set()
-                self._moved = anyio.Event()
-
-    async def pump(self) -> None:
-        """Send every new entry's updates until detached or the connection ends."""
-        with self._scope:
-            while not self.session.closed:
-                await self.journal.wait_beyond(self.cursor)
-                await self.send_until_caught_up(replay=False)
-
-    async def delivered(self, seq: int) -> None:
-        """Return once this client has been sent every update up to entry ``seq``."""
-        while self.cursor < seq and not self.session.closed:
-            await self._moved.wait()
+    async def deliver(self, entry: Entry) -> None:
+        for update in updates_of(entry.data, replay=self.replay):
+            await self.session.notify(
+                "session/update", {"sessionId": self.hosted.agent_id, "update": update}
+            )
 
     def detach(self) -> None:
-        self._scope.cancel()
+        self.stop()
         if self.hosted.acp_clients.get(self.session) is self:
             del self.hosted.acp_clients[self.session]
-        self._moved.set()
 
 
 class AcpFacade:
@@ -313,11 +293,17 @@ class _Connection:
             raise _not_found(session_id)
         return hosted
 
-    def _attach(self, session: Session, hosted: HostedAgent, cursor: int) -> Attachment:
+    def _attach(
+        self,
+        session: Session,
+        hosted: HostedAgent,
+        cursor: int,
+        attachment: Attachment | None = None,
+    ) -> Attachment:
         previous = self.attachments.pop(hosted.agent_id, None)
         if previous is not None:
             previous.detach()
-        attachment = Attachment(session, hosted, cursor)
+        attachment = attachment or Attachment(session, hosted, cursor)
         self.attachments[hosted.agent_id] = attachment
         hosted.acp_clients[session] = attachment
         hosted.use(session)
@@ -329,8 +315,10 @@ class _Connection:
         attachment = Attachment(session, hosted, 0)
         # The whole journal first, then live: the registration follows the
         # replay with no await between, so no entry falls in the gap.
-        await attachment.send_until_caught_up(replay=True)
-        self._attach(session, hosted, attachment.cursor)
+        attachment.replay = True
+        await attachment.catch_up()
+        attachment.replay = False
+        self._attach(session, hosted, attachment.cursor, attachment)
         return {}
 
     async def _resume(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:

@@ -27,9 +27,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from oma_bridge._version import __version__
-from oma_bridge.agent import Agent, RunStream, prepare_run_input
+from oma_bridge.agent import Agent, closing_events, prepare_run_input
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -49,7 +50,7 @@ from oma_bridge.server.agents.status import (
     uptime,
 )
 from oma_bridge.server.agents.store import PersistedSession, SessionStore
-from oma_bridge.server.agents.watchers import Watcher, check_cursor
+from oma_bridge.server.agents.watchers import RunFollower, Watcher, check_cursor
 from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
@@ -352,19 +353,38 @@ class AgentService:
         hosted.use(session)
         journal = hosted.journal
 
+        caller = RunFollower(session, journal, run_id) if method == "agent/stream" else None
+
         async def emit(event: StreamEvent) -> None:
-            wire = event.to_wire()
-            entry = journal.append({"type": "event", "runId": run_id, "event": wire})
-            if method == "agent/stream":
-                journal.take(entry)
-                await session.notify(
-                    "run/event", {"runId": run_id, "event": wire, "seq": entry.seq}
-                )
+            if event.type == "text" and isinstance(event.data, str):
+                # Joined into the entry before it while nobody took that one
+                # yet (a busy socket gets fewer, larger frames; journal.py).
+                journal.append_text(run_id, event.data, join=True)
+            else:
+                journal.append({"type": "event", "runId": run_id, "event": event.to_wire()})
+            if caller is not None:
+                # Lets an idle caller take the entry (it goes out at once); a
+                # caller still writing leaves it open for the next text to join.
+                await anyio.lowlevel.checkpoint()
+                await caller.room()
 
         async def execute() -> AgentRunResult:
             journal.append(
                 {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input}
             )
+            if caller is None:
+                result = await run_turn()
+                self._end_run(hosted, run_id, result)
+                return result
+            async with anyio.create_task_group() as sending:
+                sending.start_soon(caller.pump)
+                result = await run_turn()
+                self._end_run(hosted, run_id, result)
+                await caller.delivered(journal.last_seq)  # every run/event before the answer
+                caller.stop()
+            return result
+
+        async def run_turn() -> AgentRunResult:
             if method in ("agent/prompt", "session/prompt"):
                 result = await agent.execute_prompt(
                     prepared, run_id=run_id, emit=emit, permission_handler=permission
@@ -374,13 +394,11 @@ class AgentService:
                     prepared, run_id=run_id, emit=emit, permission_handler=permission
                 )
             else:
-                stream = RunStream(agent, prepared, run_id, permission_handler=permission)
-                async with stream:
-                    async for event in stream:
-                        await emit(event)
-                assert stream.result is not None
-                result = stream.result
-            self._end_run(hosted, run_id, result)
+                result = await agent.execute(
+                    prepared, run_id=run_id, emit=emit, permission_handler=permission
+                )
+                for event in closing_events(result):
+                    await emit(event)
             return result
 
         run.cancel = lambda: agent.cancel(run_id)

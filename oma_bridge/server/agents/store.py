@@ -71,6 +71,11 @@ class SessionStore:
         self.folder = folder
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._failed = False
+        #: Files opened by :meth:`create` for the writer (a dict op is atomic
+        #: under the GIL): the writer thread never takes a descriptor at a
+        #: moment of its own, which could be the one held in reserve for
+        #: refusing connections when the daemon runs out of them.
+        self._opened: dict[str, int] = {}
 
     @property
     def enabled(self) -> bool:
@@ -86,6 +91,17 @@ class SessionStore:
             "overrides": overrides,
             "createdAt": time.time(),
         }
+        if not self.enabled:
+            return
+        assert self.folder is not None
+        path = self.folder / f"{agent_id}{_SUFFIX}"
+        try:
+            self._opened[agent_id] = os.open(
+                path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+            )
+        except OSError as error:
+            self._fail(error)
+            return
         self._put("create", agent_id, header)
 
     def write(self, agent_id: str, line: dict[str, Any]) -> None:
@@ -150,6 +166,8 @@ class SessionStore:
             path.unlink(missing_ok=True)
             return
         fd = files.get(agent_id)
+        if fd is None and agent_id in self._opened:
+            fd = files[agent_id] = self._opened.pop(agent_id)
         if fd is None:
             if kind != "create" and not path.exists():
                 return  # removed meanwhile

@@ -1,14 +1,19 @@
-"""``agent/watch``: a connection follows an agent's journal, caught up from a cursor.
+"""Readers of an agent's journal: watchers, a stream's caller, ACP clients.
 
-With ``afterSeq`` the entries after it are sent first, in order, before the
-answer; then a pump in the connection's task group sends each new entry as
-it is appended.  The pump keeps only a cursor (the last ``seq`` it sent) and
-reads the journal, so nothing is skipped or sent twice however entries keep
-arriving, and a slow watcher holds no memory of its own: its sends block,
-and the connection's send watchdog drops it after ``send_timeout_s`` as it
-drops any client that stops reading.  A watcher the journal's retention
-outruns (its next entry was dropped) is dropped the same way; coming back,
-it learns the oldest ``seq`` from ``CursorExpired``.
+A :class:`Follower` keeps a cursor (the last ``seq`` it delivered) and reads
+the journal after it, so nothing is skipped or delivered twice however
+entries keep arriving, and a slow reader holds no memory of its own: its
+sends block, and the connection's send watchdog drops it after
+``send_timeout_s`` as it drops any client that stops reading.  Taking an
+entry to send it closes it to joining (``journal.py``), so text joins only
+while every reader is busy: an idle one adds no latency.
+
+* :class:`Watcher` is ``agent/watch``: ``agent/event`` notifications, caught
+  up from ``afterSeq`` before the answer.  One the journal's retention
+  outruns is dropped; coming back, it learns the oldest ``seq`` from
+  ``CursorExpired``.
+* :class:`RunFollower` sends an ``agent/stream`` caller its run's
+  ``run/event`` frames; the run waits for it when it lags too far behind.
 """
 
 from __future__ import annotations
@@ -18,13 +23,24 @@ import logging
 import anyio
 
 from oma_bridge.errors import WireError
-from oma_bridge.server.agents.journal import Journal
+from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import CURSOR_EXPIRED, invalid_params
 
-__all__ = ["Watcher", "check_cursor"]
+__all__ = ["Follower", "RunFollower", "Watcher", "check_cursor"]
 
 logger = logging.getLogger("oma_bridge.server")
+
+#: How many entries a stream's caller may lag before the run waits for it.
+CALLER_LAG = 256
+
+
+def _expired(journal: Journal) -> WireError:
+    return WireError(
+        CURSOR_EXPIRED,
+        f"Cursor expired: the oldest retained entry is seq {journal.oldest_seq}",
+        {"name": "CursorExpired", "oldestSeq": journal.oldest_seq},
+    )
 
 
 def check_cursor(journal: Journal, after_seq: int) -> None:
@@ -40,43 +56,47 @@ def check_cursor(journal: Journal, after_seq: int) -> None:
             ]
         )
     if after_seq < journal.oldest_seq - 1:
-        raise WireError(
-            CURSOR_EXPIRED,
-            f"Cursor expired: the oldest retained entry is seq {journal.oldest_seq}",
-            {"name": "CursorExpired", "oldestSeq": journal.oldest_seq},
-        )
+        raise _expired(journal)
 
 
-class Watcher:
-    """One connection watching one agent."""
+class Follower:
+    """Delivers a journal's entries after a cursor to one connection; see the module docstring."""
 
-    def __init__(self, session: Session, agent_id: str, journal: Journal, cursor: int) -> None:
+    #: Entries dropped by retention before they were delivered: an error, or skipped.
+    skip_gaps = False
+
+    def __init__(self, session: Session, journal: Journal, cursor: int) -> None:
         self.session = session
-        self.agent_id = agent_id
         self.journal = journal
         self.cursor = cursor
         self.stopped = False
+        self._moved = anyio.Event()
         self._scope = anyio.CancelScope()
 
+    async def deliver(self, entry: Entry) -> None:
+        raise NotImplementedError
+
     async def catch_up(self) -> None:
-        """Send every entry after the cursor, including those appended meanwhile."""
+        """Deliver every entry after the cursor, including those appended meanwhile."""
         journal = self.journal
         while self.cursor < journal.last_seq and not self.stopped:
             if self.cursor < journal.oldest_seq - 1:
-                raise WireError(
-                    CURSOR_EXPIRED,
-                    f"Cursor expired: the oldest retained entry is seq {journal.oldest_seq}",
-                    {"name": "CursorExpired", "oldestSeq": journal.oldest_seq},
+                if not self.skip_gaps:
+                    raise _expired(journal)
+                logger.warning(
+                    "connection %s fell behind a journal; skipping to seq %d",
+                    self.session.id,
+                    journal.oldest_seq,
                 )
+                self.cursor = journal.oldest_seq - 1
             for entry in journal.after(self.cursor):
                 if self.stopped:
                     return
-                wire = journal.take(entry)
-                await self.session.notify(
-                    "agent/event",
-                    {"agentId": self.agent_id, "seq": entry.seq, "entry": wire["entry"]},
-                )
+                journal.take(entry)
+                await self.deliver(entry)
                 self.cursor = entry.seq
+                self._moved.set()
+                self._moved = anyio.Event()
 
     async def pump(self) -> None:
         """Follow the journal until :meth:`stop` or the connection ends."""
@@ -86,13 +106,48 @@ class Watcher:
                     await self.journal.wait_beyond(self.cursor)
                     await self.catch_up()
         except WireError:
-            logger.warning(
-                "connection %s fell behind agent %s's journal; dropping it",
-                self.session.id,
-                self.agent_id,
-            )
+            logger.warning("connection %s fell behind a journal; dropping it", self.session.id)
             self.session.drop()
+
+    async def delivered(self, seq: int) -> None:
+        """Return once every entry up to ``seq`` was delivered (or the reader stopped)."""
+        while self.cursor < seq and not self.stopped and not self.session.closed:
+            await self._moved.wait()
 
     def stop(self) -> None:
         self.stopped = True
         self._scope.cancel()
+        self._moved.set()
+
+
+class Watcher(Follower):
+    """One connection watching one agent (``agent/watch``)."""
+
+    def __init__(self, session: Session, agent_id: str, journal: Journal, cursor: int) -> None:
+        super().__init__(session, journal, cursor)
+        self.agent_id = agent_id
+
+    async def deliver(self, entry: Entry) -> None:
+        params = {"agentId": self.agent_id, "seq": entry.seq, "entry": entry.data}
+        await self.session.notify("agent/event", params)
+
+
+class RunFollower(Follower):
+    """The caller of an ``agent/stream``: its run's events as ``run/event`` frames."""
+
+    def __init__(self, session: Session, journal: Journal, run_id: str) -> None:
+        super().__init__(session, journal, journal.last_seq)
+        self.run_id = run_id
+
+    async def deliver(self, entry: Entry) -> None:
+        data = entry.data
+        if data["type"] == "event" and data["runId"] == self.run_id:
+            params = {"runId": self.run_id, "event": data["event"], "seq": entry.seq}
+            await self.session.notify("run/event", params)
+
+    async def room(self) -> None:
+        """Wait while the caller lags more than :data:`CALLER_LAG` entries behind."""
+        while self.journal.last_seq - self.cursor > CALLER_LAG and not self.stopped:
+            if self.session.closed:
+                return
+            await self._moved.wait()
