@@ -6,7 +6,6 @@ from oma_bridge.agent.agent import (
     AgentState,
     RunStream,
     closing_events,
-    current_run_id,
     prepare_run_input,
 )
 
@@ -16,6 +15,5 @@ __all__ = [
     "AgentState",
     "RunStream",
     "closing_events",
-    "current_run_id",
     "prepare_run_input",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -71,11 +70,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The id of the run being executed in this context; hooks served over the
-#: wire read it to tell the client which run they belong to.
-current_run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "oma_bridge_current_run_id", default=None
-)
 
 # ---------------------------------------------------------------------------
 # The agent
@@ -329,13 +323,11 @@ class Agent:
                 run.partial.append(event.data)
             await emit(event)
 
-        token = current_run_id.set(run.run_id)
         try:
             result = await self._run_guarded(
                 run, messages, record, budget, permission_handler or self.permission_handler
             )
         finally:
-            current_run_id.reset(token)
             del self._runs[run.run_id]
             run.ended.set()
         self._state.status = "completed" if result.success else "error"
@@ -361,7 +353,7 @@ class Agent:
             if timeout_s is not None:
                 run.scope.deadline = anyio.current_time() + timeout_s
             try:
-                messages = await self._before_run(messages)
+                messages = await self._before_run(messages, run.run_id)
             except Exception as error:  # a hook failure: no backend call
                 failure = (error, "callback")
             if failure is None and not run.scope.cancel_called:
@@ -392,7 +384,7 @@ class Agent:
                 return _failed_result(run.run_id, error, "callback")
         return ensure_outcome(result)
 
-    async def _before_run(self, messages: list[LLMMessage]) -> list[LLMMessage]:
+    async def _before_run(self, messages: list[LLMMessage], run_id: str) -> list[LLMMessage]:
         if self.config.before_run is None:
             return messages
         return await apply_before_run(
@@ -400,6 +392,7 @@ class Agent:
             messages,
             agent=self.config.model_copy(update={"before_run": None, "after_run": None}),
             external_kind=_external_kind(self.config),
+            run_id=run_id,
         )
 
     def _stopped_result(self, run: _Run) -> AgentRunResult:

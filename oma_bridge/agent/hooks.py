@@ -44,12 +44,19 @@ def boundary_messages_error(kind: str) -> InvalidMessageError:
     )
 
 
-def before_run_context(messages: list[LLMMessage], agent: Any) -> dict[str, Any]:
-    """``{prompt, messages, agent}``: the hook sees copies, never the run's own lists."""
+def before_run_context(
+    messages: list[LLMMessage], agent: Any, run_id: str | None = None
+) -> dict[str, Any]:
+    """``{prompt, messages, agent, runId}``: the hook sees copies, never the run's own lists.
+
+    ``runId`` (an addition to open-multi-agent's context) tells a hook which
+    run it serves, as the daemon's ``hook/beforeRun`` must say.
+    """
     return {
         "prompt": last_user_text(messages, ""),
         "messages": copy_messages(messages),
         "agent": agent,
+        "runId": run_id,
     }
 
 
@@ -59,6 +66,7 @@ async def apply_before_run(
     *,
     agent: Any,
     external_kind: str | None,
+    run_id: str | None = None,
 ) -> list[LLMMessage]:
     """Run a ``beforeRun`` hook and return the input the backend should see.
 
@@ -66,7 +74,7 @@ async def apply_before_run(
     Raises :class:`InvalidMessageError` (or whatever the hook raised) on a
     failure; the caller turns that into a failed result of kind ``callback``.
     """
-    context = before_run_context(messages, agent)
+    context = before_run_context(messages, agent, run_id)
     original_prompt = context["prompt"]
     snapshot = copy_messages(context["messages"])  # rule 1, before the hook can touch it
     answer = await invoke(hook, context)

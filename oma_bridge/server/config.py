@@ -255,6 +255,8 @@ class _ExternalProfile(_ProfileBase):
     #: The daemon's secret variables this agent may still see (see
     #: :meth:`ServerConfig.secret_variables`), taken from the daemon's environment.
     pass_env: tuple[NonEmptyStr, ...] = ()
+    #: Between SIGTERM and SIGKILL when the agent's processes end (default: ``[server]``'s).
+    stop_grace_s: Annotated[StrictFloat, Field(ge=0)] | None = None
     #: A folder, or ``"client"``: an ACP client's ``session/new`` cwd (inside
     #: ``workspace_roots``); unset, the daemon's own working folder.
     cwd: Literal["client"] | ConfigPath | None = None
@@ -273,7 +275,6 @@ class ProcessProfile(_ExternalProfile):
     max_output_bytes: PositiveInt | None = None
     #: How much of the end of stderr a failure message quotes (issue 4).
     stderr_tail_bytes: PositiveInt | None = None
-    stop_grace_s: Annotated[StrictFloat, Field(ge=0)] | None = None
 
 
 class AcpProfile(_ExternalProfile):

@@ -98,6 +98,6 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
         mcp_servers=profile.mcp_servers,
         cancel_grace_s=profile.cancel_grace_s,
         coalesce_text=profile.coalesce_text,
-        stop_grace_s=server.stop_grace_s,
+        stop_grace_s=server.stop_grace_s if profile.stop_grace_s is None else profile.stop_grace_s,
     )
     return AgentConfig(**common, backend=acp)

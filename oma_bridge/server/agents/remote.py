@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 import anyio
 
-from oma_bridge.agent import current_run_id
 from oma_bridge.backends import PermissionHandler, PermissionRequest
 from oma_bridge.backends.permissions import choose_option, option_from_answer
 from oma_bridge.errors import CallbackError, WireError
@@ -86,7 +85,7 @@ class Remote:
                 "hook/beforeRun",
                 {
                     "agentId": hosted.agent_id,
-                    "runId": current_run_id.get(),
+                    "runId": context.get("runId"),
                     "context": {
                         "prompt": context["prompt"],
                         "messages": context["messages"],
