@@ -19,7 +19,14 @@ from typing import Any
 
 from oma_bridge.errors import InvalidMessageError, TaskGraphError
 
-__all__ = ["TASK_KEYS", "PlannedTask", "TaskSpec", "check_text_only", "plan_tasks"]
+__all__ = [
+    "TASK_KEYS",
+    "PlannedTask",
+    "TaskSpec",
+    "check_goal_text",
+    "check_text_only",
+    "plan_tasks",
+]
 
 #: The keys of a task given as a mapping (the wire's camelCase).
 TASK_KEYS = frozenset(
@@ -104,6 +111,20 @@ def check_text_only(tasks: Sequence[object]) -> None:
                 "messages or content blocks cannot be forwarded to team members",
                 path=f"tasks[{index}].description",
             )
+
+
+def check_goal_text(goal: object) -> None:
+    """``run_team``'s goal is text only: anything but a ``str`` raises.
+
+    :class:`InvalidMessageError` (the daemon's -32010) with ``path`` ``goal``,
+    checked before anything is opened, sent or spawned.
+    """
+    if not isinstance(goal, str):
+        raise InvalidMessageError(
+            f"goal must be a string (got {type(goal).__name__}); team runs are text-only, "
+            "structured messages or content blocks cannot be forwarded to team members",
+            path="goal",
+        )
 
 
 def plan_tasks(tasks: Sequence[object], roster: Collection[str]) -> list[PlannedTask]:
