@@ -77,6 +77,21 @@ class TaskSpec:
             retry_backoff=task.get("retryBackoff", 2.0),
         )
 
+    def to_wire(self) -> dict[str, Any]:
+        """The task as its wire mapping (``oma/runTasks``, docs/contract.md §15); ``id`` if set."""
+        wire: dict[str, Any] = {
+            "title": self.title,
+            "description": self.description,
+            "assignee": self.assignee,
+            "dependsOn": list(self.depends_on),
+            "maxRetries": self.max_retries,
+            "retryDelayMs": self.retry_delay_ms,
+            "retryBackoff": self.retry_backoff,
+        }
+        if self.id is not None:
+            wire["id"] = self.id
+        return wire
+
 
 @dataclass(frozen=True)
 class PlannedTask:
