@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "llm"))
 
 from fake_llm_provider import FakeProvider, Turn
-from orchestration.helpers import kill_all, live_children, wait_gone
+from orchestration.helpers import gone, kill_all, live_children
 from websockets.asyncio.client import unix_connect
 
 from oma_bridge.client import DaemonError, TeamResult, connect
@@ -417,6 +417,13 @@ async def test_run_team_with_a_malformed_plan_fails_clearly(
     assert not spawned(short_dir)
 
 
+async def _ended(pids: list[int]) -> None:
+    """Wait (without blocking the daemon's loop) until every pid is gone."""
+    with anyio.fail_after(10):
+        while not all(gone(pid) for pid in pids):  # noqa: ASYNC110 - polling the processes
+            await anyio.sleep(0.02)
+
+
 def _team_processes(status: dict[str, Any], run_id: str) -> list[int]:
     """The team run's processes: a process member's carry its run, ``<runId>:<task>:<n>``."""
     return [
@@ -457,7 +464,7 @@ async def test_run_cancel_ends_the_running_tasks_and_skips_the_rest(short_dir: P
             ("After", "skipped"),
         ]
         assert result.success is False
-        assert wait_gone(pids)
+        await _ended(pids)
         assert live_children() == []
         assert not spawned(short_dir)
     finally:
@@ -558,3 +565,28 @@ async def test_the_result_object(short_dir: Path) -> None:
     assert empty.success and empty.tasks == () and empty.output == ""
     with pytest.raises(KeyError):
         result.task("missing")
+
+
+async def test_leaving_the_block_with_an_error_cancels_the_run(short_dir: Path) -> None:
+    pids: list[int] = []
+    try:
+        async with (
+            daemon(short_dir, agents=agents(short_dir)),
+            connect(discovery_dir=short_dir) as c,
+        ):
+            with anyio.fail_after(30):
+                with pytest.raises(LookupError):
+                    async with c.tasks_run([task("Long", "sleeper")], run_id="left") as run:
+                        async for event in run.progress():
+                            if event["type"] == "agent_start":
+                                while not pids:
+                                    pids = _team_processes(await c.status(), "left")
+                                    await anyio.sleep(0.05)
+                                raise LookupError("the caller gave up")
+                await _ended(pids)
+                while (await c.status())["runs"]:  # noqa: ASYNC110 - polling the daemon
+                    await anyio.sleep(0.05)
+                assert await c.cancel("left") is False  # over
+        assert live_children() == []
+    finally:
+        kill_all(pids)
