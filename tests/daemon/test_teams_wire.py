@@ -590,3 +590,26 @@ async def test_leaving_the_block_with_an_error_cancels_the_run(short_dir: Path) 
         assert live_children() == []
     finally:
         kill_all(pids)
+
+
+async def test_closing_the_connection_cancels_the_team_run(short_dir: Path) -> None:
+    pids: list[int] = []
+    try:
+        async with (
+            daemon(short_dir, agents=agents(short_dir)),
+            connect(discovery_dir=short_dir) as watcher,
+        ):
+            with anyio.fail_after(30):
+                async with connect(discovery_dir=short_dir) as c:
+                    tasks = [task("Long", "sleeper"), task("After", "marker", "Long")]
+                    await c.peer.start_request("oma/runTasks", {"tasks": tasks, "runId": "gone"})
+                    while not pids:
+                        pids = _team_processes(await watcher.status(), "gone")
+                        await anyio.sleep(0.05)
+                await _ended(pids)
+                while (await watcher.status())["runs"]:  # noqa: ASYNC110 - polling the daemon
+                    await anyio.sleep(0.05)
+        assert live_children() == []
+        assert not spawned(short_dir)
+    finally:
+        kill_all(pids)
