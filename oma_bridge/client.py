@@ -14,6 +14,18 @@ A daemon that is not local (docs/contract.md §17) is reached by its TCP listene
                        ca_file="ca.pem") as client:   # ca_file: else the system's CAs
         ...
 
+Team runs (docs/contract.md §15, docs/teams.md) name daemon profiles::
+
+        result = await client.run_tasks([
+            {"title": "Draft", "description": "Write it.", "assignee": "echo"},
+            {"title": "Count", "description": "Count it.", "assignee": "wordcount",
+             "dependsOn": ["Draft"]},
+        ])
+        async with client.team_run(["wordcount"], "echo", "Plan a note.") as run:
+            async for event in run.progress():
+                print(event["type"], event["agent"])
+            result = await run.result()
+
 Hooks and permission prompts are plain callables: ``client.open(profile,
 before_run=fn, after_run=fn)`` and ``connect(permission_handler=fn)``; the
 client answers the daemon's ``hook/*`` and ``permission/request`` requests
@@ -32,7 +44,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import anyio
 import orjson
@@ -45,9 +57,10 @@ from oma_bridge._version import __version__
 from oma_bridge.backends import PermissionHandler, PermissionOption, PermissionRequest
 from oma_bridge.callbacks import invoke
 from oma_bridge.errors import InvalidMessageError, WireError
+from oma_bridge.orchestration.tasks import TaskSpec
 from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir
-from oma_bridge.results import AgentRunResult, StreamEvent
-from oma_bridge.rpc import ConnectionClosedError, Peer, unwrap_single_error
+from oma_bridge.results import AgentRunResult, StreamEvent, TokenUsage
+from oma_bridge.rpc import ConnectionClosedError, Peer, PendingCall, unwrap_single_error
 from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
 
 __all__ = [
@@ -60,6 +73,9 @@ __all__ = [
     "Discovery",
     "JournalEntry",
     "RemoteAgent",
+    "RemoteTeamRun",
+    "TeamResult",
+    "TeamTaskResult",
     "client_ssl_context",
     "connect",
     "find_daemon",
@@ -279,6 +295,146 @@ def _run_id() -> str:
     return uuid.uuid4().hex
 
 
+#: What a run does when its connection closes (``onDisconnect``).
+OnDisconnect: TypeAlias = Literal["cancel", "continue"]
+#: A task of ``run_tasks``: a :class:`~oma_bridge.TaskSpec` or its wire mapping
+#: (``{"id"?, "title", "description", "assignee": <profile>, "dependsOn"?, "maxRetries"?}``).
+TaskLike: TypeAlias = TaskSpec | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TeamTaskResult:
+    """One task of a team run as the daemon answered it.
+
+    ``status`` is ``completed``, ``failed``, ``skipped`` or ``cancelled``;
+    ``result`` is the last attempt's (``None`` for a task that never ran).
+    """
+
+    id: str
+    title: str
+    assignee: str
+    status: str
+    result: AgentRunResult | None = None
+
+
+@dataclass(frozen=True)
+class TeamResult:
+    """The answer of ``oma/runTasks`` / ``oma/runTeam`` (``TeamRunResult``, docs/contract.md §15).
+
+    ``output`` is the combined output of the tasks (``run_tasks``) or the
+    coordinator's synthesis (``run_team``), as docs/teams.md says; ``wire``
+    keeps the answer as it came.
+    """
+
+    run_id: str
+    success: bool
+    output: str
+    tasks: tuple[TeamTaskResult, ...]
+    token_usage: TokenUsage
+    wire: dict[str, Any]
+
+    def task(self, title_or_id: str) -> TeamTaskResult:
+        """The task with this id, or else this title; ``KeyError`` if none."""
+        for task in self.tasks:
+            if task.id == title_or_id:
+                return task
+        for task in self.tasks:
+            if task.title == title_or_id:
+                return task
+        raise KeyError(title_or_id)
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> TeamResult:
+        """Parse the answer; ``ValueError`` when it is not the §15 shape."""
+        if not isinstance(wire, dict) or not isinstance(wire.get("tasks"), list):
+            raise ValueError("a TeamRunResult must be an object with a tasks list")
+        usage = wire.get("tokenUsage")
+        if not isinstance(usage, dict):
+            usage = {}
+        tasks = []
+        for task in wire["tasks"]:
+            if not isinstance(task, dict):
+                raise ValueError("each task of a TeamRunResult must be an object")
+            result = task.get("result")
+            tasks.append(
+                TeamTaskResult(
+                    id=str(task.get("id", "")),
+                    title=str(task.get("title", "")),
+                    assignee=str(task.get("assignee", "")),
+                    status=str(task.get("status", "")),
+                    result=AgentRunResult.from_wire(result) if result is not None else None,
+                )
+            )
+        return cls(
+            run_id=str(wire.get("runId", "")),
+            success=wire.get("success") is True,
+            output=str(wire.get("output", "")),
+            tasks=tuple(tasks),
+            token_usage=TokenUsage(
+                int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+            ),
+            wire=wire,
+        )
+
+
+class RemoteTeamRun:
+    """A team run in flight: its progress as an async iterator, then its result.
+
+    Made by :meth:`Client.tasks_run` / :meth:`Client.team_run` (async context
+    managers).  Leaving the block normally waits for the run's answer; leaving
+    it with an error (or a cancel) cancels the run (``run/cancel``: its tasks
+    end ``cancelled`` / ``skipped``, their processes ended) and stops waiting.
+    An error answer the block never asked for with :meth:`result` is raised
+    when it ends, so a refused run cannot pass unnoticed.
+    """
+
+    def __init__(self, client: Client, run_id: str) -> None:
+        self.client = client
+        self.run_id = run_id
+        self._send, self._receive = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        self._done = anyio.Event()
+        self._result: TeamResult | None = None
+        self._error: BaseException | None = None
+        self._asked = False
+
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
+        """Each ``oma/progress`` event (``{"type", "agent", "task"?, "data"}``), in order.
+
+        It ends when the run has answered (the daemon sends every event before
+        its answer); a run refused at once (-32010, -32602) has no events.
+        """
+        async for event in self._receive:
+            yield event
+
+    async def result(self) -> TeamResult:
+        """The run's answer; raises :class:`InvalidMessageError` or :class:`DaemonError`."""
+        self._asked = True
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    async def cancel(self) -> bool:
+        """``run/cancel``: the running tasks end ``cancelled``, the rest ``skipped``."""
+        return await self.client.cancel(self.run_id)
+
+    async def _settle(self, call: PendingCall) -> None:
+        # Never raises: an error leaving the block must be the block's own.
+        try:
+            self._result = TeamResult.from_wire(await call.wait())
+        except WireError as error:
+            try:
+                _raise_for(error)
+            except Exception as mapped:
+                self._error = mapped
+        except Exception as error:
+            self._error = error
+        finally:
+            self._send.close()
+            self._done.set()
+
+
 class Client:
     """One initialized connection to the daemon (use :func:`connect`)."""
 
@@ -441,6 +597,112 @@ class Client:
             self._watches.pop(agent_id, None)
         raise ConnectionClosedError("the watch connection closed")
 
+    # -- team runs (docs/contract.md §15) -------------------------------------
+
+    async def run_tasks(
+        self,
+        tasks: Sequence[TaskLike],
+        *,
+        max_concurrency: int | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        on_progress: Callable[[dict[str, Any]], Any] | None = None,
+        on_disconnect: OnDisconnect = "cancel",
+    ) -> TeamResult:
+        """``oma/runTasks``: a DAG of tasks whose assignees are daemon profiles.
+
+        Raises :class:`InvalidMessageError` for a ``description`` that is not
+        a string and :class:`DaemonError` (-32602) for bad tasks (duplicate
+        titles, unknown ``dependsOn`` or assignee, cycles), before anything
+        runs.  Failed runs come back in the result (``success`` false).
+        """
+        params = _tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
+        return await self._team_request("oma/runTasks", params, on_progress)
+
+    async def run_team(
+        self,
+        agents: Sequence[str],
+        coordinator: str,
+        goal: str,
+        *,
+        run_id: str | None = None,
+        on_progress: Callable[[dict[str, Any]], Any] | None = None,
+        on_disconnect: OnDisconnect = "cancel",
+    ) -> TeamResult:
+        """``oma/runTeam``: the ``coordinator`` profile (llm) plans ``goal`` for ``agents``.
+
+        A ``goal`` that is not a string raises :class:`InvalidMessageError`;
+        an unknown profile or a coordinator that is not an llm profile raise
+        :class:`DaemonError` (-32011, -32602).  A plan the coordinator cannot
+        make comes back as a failed result whose ``output`` says why.
+        """
+        params = _team_params(agents, coordinator, goal, run_id, on_disconnect)
+        return await self._team_request("oma/runTeam", params, on_progress)
+
+    def tasks_run(
+        self,
+        tasks: Sequence[TaskLike],
+        *,
+        max_concurrency: int | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        on_disconnect: OnDisconnect = "cancel",
+    ) -> contextlib.AbstractAsyncContextManager[RemoteTeamRun]:
+        """:meth:`run_tasks` as a :class:`RemoteTeamRun` whose progress you iterate."""
+        params = _tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
+        return self._team_run("oma/runTasks", params)
+
+    def team_run(
+        self,
+        agents: Sequence[str],
+        coordinator: str,
+        goal: str,
+        *,
+        run_id: str | None = None,
+        on_disconnect: OnDisconnect = "cancel",
+    ) -> contextlib.AbstractAsyncContextManager[RemoteTeamRun]:
+        """:meth:`run_team` as a :class:`RemoteTeamRun` whose progress you iterate."""
+        params = _team_params(agents, coordinator, goal, run_id, on_disconnect)
+        return self._team_run("oma/runTeam", params)
+
+    async def _team_request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        on_progress: Callable[[dict[str, Any]], Any] | None,
+    ) -> TeamResult:
+        run_id = params["runId"]
+        if on_progress is not None:
+            self._progress[run_id] = on_progress
+        try:
+            return TeamResult.from_wire(await self.request(method, params))
+        finally:
+            self._progress.pop(run_id, None)
+
+    @contextlib.asynccontextmanager
+    async def _team_run(self, method: str, params: dict[str, Any]) -> AsyncIterator[RemoteTeamRun]:
+        run = RemoteTeamRun(self, params["runId"])
+        self._progress[run.run_id] = run._send.send_nowait
+        try:
+            call = await self.peer.start_request(method, params)
+            with unwrap_single_error():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run._settle, call)
+                    try:
+                        yield run
+                    except BaseException:
+                        if not call.settled:
+                            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                                with contextlib.suppress(Exception):
+                                    await self.cancel(run.run_id)
+                                await call.withdraw()
+                        raise
+        finally:
+            self._progress.pop(run.run_id, None)
+            run._receive.close()
+        if run._error is not None and not run._asked:
+            raise run._error
+
     # -- requests and notifications from the daemon -------------------------
 
     async def _on_notification(self, method: str, params: Any) -> None:
@@ -551,6 +813,40 @@ def _tls_failure(url: str, error: ssl.SSLError) -> DaemonTLSError:
         f"the TLS handshake with the daemon at {url} failed: {error.reason or error} "
         "(is it a ws:// listener, without TLS?)"
     )
+
+
+def _tasks_params(
+    tasks: Sequence[TaskLike],
+    max_concurrency: int | None,
+    run_id: str | None,
+    metadata: Mapping[str, Any] | None,
+    on_disconnect: OnDisconnect,
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "tasks": [task.to_wire() if isinstance(task, TaskSpec) else dict(task) for task in tasks],
+        "runId": run_id or _run_id(),
+        "onDisconnect": on_disconnect,
+    }
+    if max_concurrency is not None:
+        params["maxConcurrency"] = max_concurrency
+    if metadata is not None:
+        params["metadata"] = dict(metadata)
+    return params
+
+
+def _team_params(
+    agents: Sequence[str],
+    coordinator: str,
+    goal: str,
+    run_id: str | None,
+    on_disconnect: OnDisconnect,
+) -> dict[str, Any]:
+    return {
+        "team": {"agents": list(agents), "coordinator": coordinator},
+        "goal": goal,
+        "runId": run_id or _run_id(),
+        "onDisconnect": on_disconnect,
+    }
 
 
 @contextlib.asynccontextmanager

@@ -59,6 +59,7 @@ _KEYWORDS = frozenset(
         "enum",
         "const",
         "minLength",
+        "minItems",
         "minimum",
         "exclusiveMinimum",
         "if",
@@ -135,6 +136,8 @@ class Validator:
             raise SchemaViolation(f"{path}: {value!r:.60} is not one of {schema['enum']}")
         if isinstance(value, str) and len(value) < schema.get("minLength", 0):
             raise SchemaViolation(f"{path}: shorter than {schema['minLength']}")
+        if isinstance(value, list) and len(value) < schema.get("minItems", 0):
+            raise SchemaViolation(f"{path}: fewer than {schema['minItems']} items")
         if _is_type(value, "number"):
             if "minimum" in schema and value < schema["minimum"]:
                 raise SchemaViolation(f"{path}: {value} < {schema['minimum']}")
@@ -301,6 +304,20 @@ def test_the_validator_refuses_what_the_schema_forbids(value: Any, problem: str)
         validator.validate(value, {"$ref": "#/$defs/AgentRunResult"})
 
 
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        ({"team": {"agents": [], "coordinator": "c"}, "goal": "g"}, "fewer than 1 items"),
+        ({"team": {"agents": ["a"], "coordinator": "c"}, "goal": []}, "not of type"),
+        ({"team": {"agents": ["a"], "coordinator": "c"}}, "missing required key 'goal'"),
+    ],
+)
+def test_the_validator_refuses_bad_team_params(params: Any, problem: str) -> None:
+    validator = Validator(protocol_schema())
+    with pytest.raises(SchemaViolation, match=problem):
+        validator.validate(params, {"$ref": "#/$defs/RunTeamParams"})
+
+
 def test_unknown_block_types_and_extra_keys_pass_as_the_daemon_echoes_them() -> None:
     validator = Validator(protocol_schema())
     content = [{"type": "custom", "x": 1}, {"type": "text", "text": "a", "cache_control": {}}]
@@ -335,6 +352,11 @@ kind = "acp"
 command = "{sys.executable}"
 args = ["{SCENARIO_AGENT}"]
 fs = "none"
+
+[agents.failing]
+kind = "process"
+command = "sh"
+args = ["-c", "exit 1"]
 """
 
 SERVER = """
@@ -548,6 +570,33 @@ async def _session(rec: Recorder) -> None:
     assert crashed["result"]["success"] is False
     assert (await rec.call("agent/close", {"agentId": acp}))["result"] == {}
 
+    # Team runs: a chain, an ACP member that asks a permission, a failing
+    # task retried once, its skipped dependent; a team whose echo coordinator
+    # cannot plan; the refusals of §15.
+    tasks = [
+        {"title": "Count", "description": "one two three", "assignee": "wordcount"},
+        {"title": "Say", "description": "say", "assignee": "echo", "dependsOn": ["Count"]},
+        {"title": "Tool", "description": "tools", "assignee": "scenario"},
+        {"title": "Fail", "description": "x", "assignee": "failing", "maxRetries": 1},
+        {"title": "After", "description": "x", "assignee": "echo", "dependsOn": ["Fail"]},
+    ]
+    team_run = await rec.call("oma/runTasks", {"tasks": tasks, "retries": 1})
+    assert team_run["error"]["code"] == -32602  # an unknown key
+    tasks[3]["retryDelayMs"] = 0
+    team_run = await rec.call("oma/runTasks", {"tasks": tasks, "maxConcurrency": 2})
+    statuses = [task["status"] for task in team_run["result"]["tasks"]]
+    assert statuses == ["completed", "completed", "completed", "failed", "skipped"]
+    assert team_run["result"]["tasks"][2]["result"]["output"] == "permission:ao"
+    goal = {"team": {"agents": ["wordcount"], "coordinator": "echo"}, "goal": "plan"}
+    planned = await rec.call("oma/runTeam", goal)
+    assert planned["result"]["success"] is False and planned["result"]["tasks"] == []
+    structured = [{**tasks[0], "description": STRUCTURED}]
+    assert (await rec.call("oma/runTasks", {"tasks": structured}))["error"]["code"] == -32010
+    unknown = {**goal, "team": {"agents": ["nope"], "coordinator": "echo"}}
+    assert (await rec.call("oma/runTeam", unknown))["error"]["code"] == -32011
+    cycle = [{**tasks[0], "dependsOn": ["Count"]}]
+    assert (await rec.call("oma/runTasks", {"tasks": cycle}))["error"]["code"] == -32602
+
 
 def _check_frames(rec: Recorder, document: dict[str, Any]) -> set[str]:
     """Validate every frame the daemon sent (and our answers); return what was seen."""
@@ -604,7 +653,9 @@ async def test_frames_of_a_real_session_validate() -> None:
     assert unseen_methods == set(), unseen_methods
     events = {"text", "reasoning", "update", "budget_exceeded", "done", "error"}
     assert {f"event:{kind}" for kind in events} <= seen
-    assert {"progress:agent_start", "progress:agent_complete"} <= seen
+    progress = {"agent_start", "agent_complete", "task_start", "task_complete", "task_failed"}
+    progress |= {"task_skipped", "task_retry"}
+    assert {f"progress:{kind}" for kind in progress} <= seen
     error_codes = {
         -32700,
         -32600,

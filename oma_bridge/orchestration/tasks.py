@@ -19,7 +19,14 @@ from typing import Any
 
 from oma_bridge.errors import InvalidMessageError, TaskGraphError
 
-__all__ = ["TASK_KEYS", "PlannedTask", "TaskSpec", "check_text_only", "plan_tasks"]
+__all__ = [
+    "TASK_KEYS",
+    "PlannedTask",
+    "TaskSpec",
+    "check_goal_text",
+    "check_text_only",
+    "plan_tasks",
+]
 
 #: The keys of a task given as a mapping (the wire's camelCase).
 TASK_KEYS = frozenset(
@@ -70,6 +77,21 @@ class TaskSpec:
             retry_backoff=task.get("retryBackoff", 2.0),
         )
 
+    def to_wire(self) -> dict[str, Any]:
+        """The task as its wire mapping (``oma/runTasks``, docs/contract.md §15); ``id`` if set."""
+        wire: dict[str, Any] = {
+            "title": self.title,
+            "description": self.description,
+            "assignee": self.assignee,
+            "dependsOn": list(self.depends_on),
+            "maxRetries": self.max_retries,
+            "retryDelayMs": self.retry_delay_ms,
+            "retryBackoff": self.retry_backoff,
+        }
+        if self.id is not None:
+            wire["id"] = self.id
+        return wire
+
 
 @dataclass(frozen=True)
 class PlannedTask:
@@ -104,6 +126,20 @@ def check_text_only(tasks: Sequence[object]) -> None:
                 "messages or content blocks cannot be forwarded to team members",
                 path=f"tasks[{index}].description",
             )
+
+
+def check_goal_text(goal: object) -> None:
+    """``run_team``'s goal is text only: anything but a ``str`` raises.
+
+    :class:`InvalidMessageError` (the daemon's -32010) with ``path`` ``goal``,
+    checked before anything is opened, sent or spawned.
+    """
+    if not isinstance(goal, str):
+        raise InvalidMessageError(
+            f"goal must be a string (got {type(goal).__name__}); team runs are text-only, "
+            "structured messages or content blocks cannot be forwarded to team members",
+            path="goal",
+        )
 
 
 def plan_tasks(tasks: Sequence[object], roster: Collection[str]) -> list[PlannedTask]:

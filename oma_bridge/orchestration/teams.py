@@ -23,7 +23,6 @@ from oma_bridge.agent import Agent
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.errors import (
     CostBudgetExceededError,
-    InvalidMessageError,
     OMAError,
     TeamError,
     TokenBudgetExceededError,
@@ -48,7 +47,7 @@ from oma_bridge.orchestration.roster import (
     members_of,
 )
 from oma_bridge.orchestration.scheduler import RunControl, Scheduler
-from oma_bridge.orchestration.tasks import PlannedTask, TaskSpec, plan_tasks
+from oma_bridge.orchestration.tasks import PlannedTask, TaskSpec, check_goal_text, plan_tasks
 from oma_bridge.results import AgentRunResult, RunIdentity, RunStatus, TokenUsage
 
 if TYPE_CHECKING:
@@ -98,12 +97,7 @@ async def run_team(
     if not members:
         raise TeamError("a team needs at least one member")
     _check_concurrency(max_concurrency)
-    if not isinstance(goal, str):
-        raise InvalidMessageError(
-            f"goal must be a string (got {type(goal).__name__}); team runs are text-only, "
-            "structured messages or content blocks cannot be forwarded to team members",
-            path="goal",
-        )
+    check_goal_text(goal)
     async with _TeamRun.open(
         oma, members, run_id, max_token_budget, on_progress, permission_handler
     ) as run:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 from oma_bridge.wire.codes import invalid_params
 
@@ -21,6 +30,10 @@ __all__ = [
     "RunAgentParams",
     "RunIdParams",
     "RunParams",
+    "RunTasksParams",
+    "RunTeamParams",
+    "TaskParams",
+    "TeamParams",
     "WatchParams",
     "WireParams",
     "parse_params",
@@ -99,6 +112,51 @@ class RunAgentParams(WireParams):
     input: StrictStr | list[Any]
     runId: StrictStr | None = Field(default=None, min_length=1)
     metadata: dict[str, Any] | None = None
+    onDisconnect: OnDisconnect = "cancel"
+
+
+class TaskParams(WireParams):
+    """One task of ``oma/runTasks`` (docs/contract.md §15); ``assignee`` is a profile name.
+
+    ``retryDelayMs`` / ``retryBackoff`` are the library's own task keys
+    (docs/teams.md, "Tasks"), accepted as an extension.  A ``description``
+    that is not a string is -32010, checked before this model (text only).
+    """
+
+    id: StrictStr | None = Field(default=None, min_length=1)
+    title: StrictStr = Field(min_length=1)
+    description: StrictStr
+    assignee: StrictStr = Field(min_length=1)
+    dependsOn: tuple[StrictStr, ...] | None = None
+    maxRetries: StrictInt | None = Field(default=None, ge=0)
+    retryDelayMs: StrictFloat | None = Field(default=None, ge=0)
+    retryBackoff: StrictFloat | None = Field(default=None, gt=0)
+
+    def task(self) -> dict[str, Any]:
+        """The task as the library's wire mapping (unset keys left out: its defaults apply)."""
+        return self.model_dump(exclude_none=True)
+
+
+class RunTasksParams(WireParams):
+    tasks: list[TaskParams]
+    #: At most this many tasks at once (the library's default, 4, when absent).
+    maxConcurrency: StrictInt | None = Field(default=None, ge=1)
+    runId: StrictStr | None = Field(default=None, min_length=1)
+    metadata: dict[str, Any] | None = None
+    onDisconnect: OnDisconnect = "cancel"
+
+
+class TeamParams(WireParams):
+    """A team of profiles: the members and the coordinator (an llm profile)."""
+
+    agents: tuple[StrictStr, ...] = Field(min_length=1)
+    coordinator: StrictStr
+
+
+class RunTeamParams(WireParams):
+    team: TeamParams
+    goal: StrictStr
+    runId: StrictStr | None = Field(default=None, min_length=1)
     onDisconnect: OnDisconnect = "cancel"
 
 

@@ -50,6 +50,8 @@ from oma_bridge.wire.params import (
     RunAgentParams,
     RunIdParams,
     RunParams,
+    RunTasksParams,
+    RunTeamParams,
     WatchParams,
 )
 
@@ -327,7 +329,7 @@ class RunInProgressData(TypedDict):
 
 
 # ---------------------------------------------------------------------------
-# oma/progress
+# oma/progress (oma/runAgent, and the runs of oma/runTasks / oma/runTeam)
 
 
 @with_config(_CLOSED)
@@ -341,10 +343,29 @@ class MessagesStart(TypedDict):
 
 
 @with_config(_CLOSED)
+class TaskRunStart(TypedDict):
+    """A team member's run of a task (each attempt has one)."""
+
+    prompt: str
+    taskId: str
+    attempt: int
+
+
+@with_config(_CLOSED)
+class CoordinatorRunStart(TypedDict):
+    """A run of ``oma/runTeam``'s coordinator."""
+
+    phase: Literal["decomposition", "repair", "synthesis"]
+    prompt: str
+
+
+@with_config(_CLOSED)
 class AgentStartProgress(TypedDict):
     type: Literal["agent_start"]
     agent: str
-    data: PromptStart | MessagesStart
+    #: Extension: the task's id, on every event of a team run's task.
+    task: NotRequired[str]
+    data: PromptStart | MessagesStart | TaskRunStart | CoordinatorRunStart
 
 
 @with_config(_CLOSED)
@@ -360,6 +381,7 @@ class ProgressBudgetData(TypedDict):
 class BudgetExceededProgress(TypedDict):
     type: Literal["budget_exceeded"]
     agent: str
+    task: NotRequired[str]
     data: ProgressBudgetData
 
 
@@ -367,16 +389,137 @@ class BudgetExceededProgress(TypedDict):
 class AgentCompleteProgress(TypedDict):
     type: Literal["agent_complete"]
     agent: str
+    task: NotRequired[str]
     data: AgentRunResult
 
 
-ProgressEvent: TypeAlias = AgentStartProgress | BudgetExceededProgress | AgentCompleteProgress
+@with_config(_CLOSED)
+class TaskStartData(TypedDict):
+    taskId: str
+    title: str
+    assignee: str
+    #: The ids of the task's dependencies.
+    dependsOn: list[str]
+
+
+@with_config(_CLOSED)
+class TaskCompleteData(TypedDict):
+    taskId: str
+    title: str
+    assignee: str
+    status: Literal["completed"]
+    output: str
+
+
+@with_config(_CLOSED)
+class TaskFailedData(TypedDict):
+    taskId: str
+    title: str
+    assignee: str
+    status: Literal["failed", "cancelled"]
+    error: str
+
+
+@with_config(_CLOSED)
+class TaskSkippedData(TypedDict):
+    taskId: str
+    title: str
+    assignee: str
+    status: Literal["skipped"]
+    reason: str
+
+
+@with_config(_CLOSED)
+class TaskRetryData(TypedDict):
+    taskId: str
+    attempt: int
+    maxAttempts: int
+    error: str
+    nextDelayMs: int
+
+
+@with_config(_CLOSED)
+class TaskStartProgress(TypedDict):
+    type: Literal["task_start"]
+    #: The task's assignee.
+    agent: str
+    task: str
+    data: TaskStartData
+
+
+@with_config(_CLOSED)
+class TaskCompleteProgress(TypedDict):
+    type: Literal["task_complete"]
+    agent: str
+    task: str
+    data: TaskCompleteData
+
+
+@with_config(_CLOSED)
+class TaskFailedProgress(TypedDict):
+    type: Literal["task_failed"]
+    agent: str
+    task: str
+    data: TaskFailedData
+
+
+@with_config(_CLOSED)
+class TaskSkippedProgress(TypedDict):
+    type: Literal["task_skipped"]
+    agent: str
+    task: str
+    data: TaskSkippedData
+
+
+@with_config(_CLOSED)
+class TaskRetryProgress(TypedDict):
+    type: Literal["task_retry"]
+    agent: str
+    task: str
+    data: TaskRetryData
+
+
+ProgressEvent: TypeAlias = (
+    AgentStartProgress
+    | BudgetExceededProgress
+    | AgentCompleteProgress
+    | TaskStartProgress
+    | TaskCompleteProgress
+    | TaskFailedProgress
+    | TaskSkippedProgress
+    | TaskRetryProgress
+)
 
 
 @with_config(_CLOSED)
 class ProgressParams(TypedDict):
     runId: str
     event: ProgressEvent
+
+
+# ---------------------------------------------------------------------------
+# Team runs (docs/contract.md §15; oma_bridge.orchestration.outcome.*.to_wire)
+
+
+@with_config(_CLOSED)
+class TeamTaskResult(TypedDict):
+    id: str
+    title: str
+    #: The profile the task ran on.
+    assignee: str
+    status: Literal["completed", "failed", "skipped", "cancelled"]
+    #: The last attempt's result (usage summed over the attempts); absent for
+    #: a task that never ran.
+    result: NotRequired[AgentRunResult]
+
+
+@with_config(_CLOSED)
+class TeamRunResult(TypedDict):
+    runId: str
+    success: bool
+    output: str
+    tasks: list[TeamTaskResult]
+    tokenUsage: TokenUsage
 
 
 # ---------------------------------------------------------------------------
@@ -441,9 +584,11 @@ class StatusAgent(TypedDict):
 @with_config(_CLOSED)
 class StatusRun(TypedDict):
     runId: str
-    #: null for an ``oma/runAgent`` run (a one-off agent has no agentId).
+    #: null for an ``oma/runAgent`` or team run (one-off agents have no agentId).
     agentId: str | None
-    method: Literal["agent/run", "agent/stream", "agent/prompt", "oma/runAgent"]
+    method: Literal[
+        "agent/run", "agent/stream", "agent/prompt", "oma/runAgent", "oma/runTasks", "oma/runTeam"
+    ]
     #: Unix time in seconds; null while the run is queued.
     startedAt: float | None
 
@@ -451,7 +596,7 @@ class StatusRun(TypedDict):
 @with_config(_CLOSED)
 class StatusProcess(TypedDict):
     pid: int
-    #: null for the process of an ``oma/runAgent`` run.
+    #: null for the process of an ``oma/runAgent`` or team run.
     agentId: str | None
     rssBytes: int
     runId: NotRequired[str]
@@ -538,7 +683,7 @@ class PermissionOptionInfo(TypedDict):
 
 @with_config(_CLOSED)
 class PermissionRequestParams(TypedDict):
-    #: null for a run of ``oma/runAgent``.
+    #: null for a run of ``oma/runAgent`` or of a team member.
     agentId: str | None
     runId: str
     toolCall: PermissionToolCall
@@ -762,10 +907,28 @@ METHODS: dict[str, MethodSpec] = {
         (-32602, -32011, -32012, -32010, -32001),
         "a one-off agent with oma/progress notifications",
     ),
+    "oma/runTasks": MethodSpec(
+        "client→daemon",
+        RunTasksParams,
+        TeamRunResult,
+        (-32602, -32010, -32001),
+        "a DAG of tasks on daemon profiles, with oma/progress notifications",
+    ),
+    "oma/runTeam": MethodSpec(
+        "client→daemon",
+        RunTeamParams,
+        TeamRunResult,
+        (-32602, -32011, -32010, -32001),
+        "a coordinator plans tasks for profiles, they run, it writes the answer",
+    ),
     "daemon/status": MethodSpec("client→daemon", _Ignored, DaemonStatus, ()),
     "run/event": MethodSpec("daemon→client", RunEventParams, None, (), "one event of a stream"),
     "oma/progress": MethodSpec(
-        "daemon→client", ProgressParams, None, (), "one progress event of oma/runAgent"
+        "daemon→client",
+        ProgressParams,
+        None,
+        (),
+        "one progress event of oma/runAgent, oma/runTasks or oma/runTeam",
     ),
     "hook/beforeRun": MethodSpec(
         "daemon→client", BeforeRunParams, BeforeRunAnswer, (), "to the agent's hook owner"

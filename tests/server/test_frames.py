@@ -36,6 +36,8 @@ METHODS = [
     "agent/attach",
     "run/cancel",
     "oma/runAgent",
+    "oma/runTasks",
+    "oma/runTeam",
     "daemon/status",
     "no/such/method",
 ]

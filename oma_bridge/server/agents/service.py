@@ -50,6 +50,7 @@ from oma_bridge.server.agents.status import (
     uptime,
 )
 from oma_bridge.server.agents.store import PersistedSession, SessionStore
+from oma_bridge.server.agents.teams import TeamMethods
 from oma_bridge.server.agents.watchers import RunFollower, Watcher, check_cursor
 from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
@@ -160,6 +161,7 @@ class AgentService:
         registry.add("agent/close", self.close_agent)
         registry.add("agent/watch", self.watch)
         registry.add("oma/runAgent", self.run_agent)
+        TeamMethods(self).register(registry)  # oma/runTasks, oma/runTeam (teams.py)
         return registry
 
     # -- opening -------------------------------------------------------------------
