@@ -73,6 +73,7 @@ class Journal:
         self._bytes = 0
         self.last_seq = 0
         self._changed = anyio.Event()
+        self._waited = False
 
     # -- reading ---------------------------------------------------------------
 
@@ -107,6 +108,7 @@ class Journal:
     async def wait_beyond(self, seq: int) -> None:
         """Return once an entry with a ``seq`` above ``seq`` exists."""
         while self.last_seq <= seq:
+            self._waited = True
             await self._changed.wait()
 
     # -- writing ---------------------------------------------------------------
@@ -159,5 +161,9 @@ class Journal:
             self._bytes -= self._entries.popleft().size
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        # Only when a reader waits: an event per entry is a cost of its own.
+        if self._waited:
+            self._waited = False
+            self._changed.set()
+            self._changed = anyio.Event()
+        self._waited = False

@@ -233,10 +233,13 @@ class AgentService:
         store = self.store
 
         def persist(entry: Entry, joined: str | None) -> None:
+            # Stream events are batched; a run's start and end (and every
+            # other entry) go to the writer at once, with what came before.
+            streamed = entry.data["type"] == "event"
             if joined is None:
-                store.write(agent_id, {"seq": entry.seq, "entry": entry.data})
+                store.write(agent_id, {"seq": entry.seq, "entry": entry.data}, batch=streamed)
             else:
-                store.write(agent_id, {"seq": entry.seq, "append": joined})
+                store.write(agent_id, {"seq": entry.seq, "append": joined}, batch=True)
 
         return Journal(
             max_events=self.settings.journal_max_events,

@@ -71,6 +71,7 @@ class Follower:
         self.cursor = cursor
         self.stopped = False
         self._moved = anyio.Event()
+        self._awaited = False
         self._scope = anyio.CancelScope()
 
     async def deliver(self, entry: Entry) -> None:
@@ -95,8 +96,10 @@ class Follower:
                 journal.take(entry)
                 await self.deliver(entry)
                 self.cursor = entry.seq
-                self._moved.set()
-                self._moved = anyio.Event()
+                if self._awaited:
+                    self._awaited = False
+                    self._moved.set()
+                    self._moved = anyio.Event()
 
     async def pump(self) -> None:
         """Follow the journal until :meth:`stop` or the connection ends."""
@@ -112,6 +115,7 @@ class Follower:
     async def delivered(self, seq: int) -> None:
         """Return once every entry up to ``seq`` was delivered (or the reader stopped)."""
         while self.cursor < seq and not self.stopped and not self.session.closed:
+            self._awaited = True
             await self._moved.wait()
 
     def stop(self) -> None:
@@ -150,4 +154,5 @@ class RunFollower(Follower):
         while self.journal.last_seq - self.cursor > CALLER_LAG and not self.stopped:
             if self.session.closed:
                 return
+            self._awaited = True
             await self._moved.wait()
