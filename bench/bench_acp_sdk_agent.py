@@ -10,7 +10,13 @@ N ``agent_message_chunk`` updates.  In the same run, in alternating rounds:
 * **baseline**: a bare Python reader of the same agent's stdout (asyncio
   ``readline`` + ``orjson.loads`` per line), counting the updates;
 * **oma-bridge**: ``Agent.stream`` with ``AcpConfig`` (default settings: one
-  ``text`` event per chunk), counting the text events the consumer gets.
+  ``text`` event per chunk), counting the text events the consumer gets;
+* **through the daemon**: a real ``oma-bridge serve`` with the agent as a
+  profile, and a raw ``websockets`` client of ``agent/stream`` counting the
+  chunks in its ``run/event`` frames (the adaptive relay, default settings).
+
+Also reported: the time to the first text event, in-process and through the
+daemon (a ``chunks 1`` turn, median of the rounds).
 
 Spawn and session set-up are not measured.  Reported: chunks/s (median and
 best round) and the ratio of the medians (target >= 0.8x).  The batching
@@ -23,16 +29,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
 from _util import machine, print_table
+from websockets.asyncio.client import unix_connect
 
 from oma_bridge import Agent, AgentConfig
 from oma_bridge.backends.acp.config import AcpConfig
@@ -106,6 +118,108 @@ async def agent_stream(node: str, env: dict[str, str], chunks: int, rounds: int)
     return rates
 
 
+@contextlib.asynccontextmanager
+async def daemon(node: str, env: dict[str, str]) -> AsyncIterator[Path]:
+    """A real daemon with the agent as profile ``ts``; yields its socket."""
+    with tempfile.TemporaryDirectory(prefix="oma-bench-") as folder:
+        root = Path(folder)
+        (root / "run").mkdir(mode=0o700)
+        config = root / "bridge.toml"
+        config.write_text(
+            f'[server]\nsocket = "{root}/run/bridge.sock"\n'
+            f'[agents.ts]\nkind = "acp"\ncommand = "{node}"\nargs = ["{AGENT}"]\n'
+            f'env = {{ OMA_ACP_TS_SDK_DIR = "{env["OMA_ACP_TS_SDK_DIR"]}" }}\n'
+        )
+        process = await anyio.open_process(
+            [sys.executable, "-m", "oma_bridge.cli", "serve", "--config", str(config)],
+            env={**os.environ, "XDG_STATE_HOME": str(root / "state")},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            with anyio.fail_after(20):
+                while not (root / "run" / "bridge.json").exists():  # noqa: ASYNC110 (another process)
+                    await anyio.sleep(0.05)
+            yield root / "run" / "bridge.sock"
+        finally:
+            process.terminate()
+            with anyio.move_on_after(10):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+
+
+class _Session:
+    """A raw websocket client of the daemon: requests by id, frames as they come."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.next_id = 0
+
+    async def call(self, method: str, params: dict[str, Any]) -> int:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        await self.ws.send(orjson.dumps(message).decode())
+        return self.next_id
+
+    async def answer(self, request_id: int) -> dict[str, Any]:
+        while True:
+            message: dict[str, Any] = orjson.loads(await self.ws.recv())
+            if message.get("id") == request_id:
+                return message
+
+    async def stream(self, agent_id: str, chunks: int) -> tuple[int, float, float]:
+        """``(chunks seen, seconds to the first text, seconds to the answer)``."""
+        started = time.perf_counter()
+        params = {"agentId": agent_id, "input": f"chunks {chunks}"}
+        request_id = await self.call("agent/stream", params)
+        got, first = 0, 0.0
+        while True:
+            message = orjson.loads(await self.ws.recv())
+            if message.get("id") == request_id:
+                return got, first, time.perf_counter() - started
+            event = message["params"]["event"]
+            if event["type"] == "text":
+                first = first or time.perf_counter() - started
+                got += event["data"].count("\n")  # chunk i is "i\n": joined frames count right
+
+
+async def through_daemon(socket: Path, chunks: int, rounds: int) -> tuple[list[float], float]:
+    async with unix_connect(str(socket), "ws://localhost/", max_size=None, compression=None) as ws:
+        session = _Session(ws)
+        info = {"name": "bench", "version": "0"}
+        await session.answer(
+            await session.call("initialize", {"protocolVersion": 1, "clientInfo": info})
+        )
+        opened = await session.answer(await session.call("agent/open", {"profile": "ts"}))
+        agent_id = opened["result"]["agentId"]
+        await session.answer(await session.call("agent/run", {"agentId": agent_id, "input": "hi"}))
+        rates, firsts = [], []
+        for _ in range(rounds):
+            got, _first, elapsed = await session.stream(agent_id, chunks)
+            rates.append(got / elapsed)
+            firsts.append((await session.stream(agent_id, 1))[1])
+        return rates, statistics.median(firsts)
+
+
+async def first_in_process(node: str, env: dict[str, str], rounds: int) -> float:
+    config = AcpConfig(command=node, args=(str(AGENT),), env=env, cwd=Path("/tmp"))
+    firsts = []
+    async with Agent(AgentConfig(name="ts", backend=config)) as agent:
+        await agent.run("warm up")
+        for _ in range(rounds):
+            started = time.perf_counter()
+            async for event in agent.stream("chunks 1"):
+                if event.type == "text":
+                    firsts.append(time.perf_counter() - started)
+    return statistics.median(firsts)
+
+
+def _row(name: str, rates: list[float], baseline: list[float]) -> list[str]:
+    ratio = statistics.median(rates) / statistics.median(baseline)
+    return [name, f"{statistics.median(rates):,.0f}", f"{max(rates):,.0f}", f"{ratio:.2f}"]
+
+
 async def main(chunks: int, rounds: int) -> None:
     node = shutil.which("node")
     try:
@@ -122,23 +236,22 @@ async def main(chunks: int, rounds: int) -> None:
     for _ in range(rounds):  # alternating, one round each, so load hits both alike
         bare += await bare_reader(node, env, chunks, 1)
         ours += await agent_stream(node, env, chunks, 1)
+    async with daemon(node, env) as socket:
+        relayed, first_daemon = await through_daemon(socket, chunks, rounds)
+    first_local = await first_in_process(node, env, rounds)
     print(machine())
     print_table(
         ["path", "chunks/s median", "best", "ratio (median)"],
         [
-            [
-                "bare reader (readline + orjson.loads)",
-                f"{statistics.median(bare):,.0f}",
-                f"{max(bare):,.0f}",
-                "1.00",
-            ],
-            [
-                "Agent.stream (default)",
-                f"{statistics.median(ours):,.0f}",
-                f"{max(ours):,.0f}",
-                f"{statistics.median(ours) / statistics.median(bare):.2f}",
-            ],
+            _row("bare reader (readline + orjson.loads)", bare, bare),
+            _row("Agent.stream (default)", ours, bare),
+            _row("daemon -> websocket client (agent/stream)", relayed, bare),
         ],
+    )
+    added = (first_daemon - first_local) * 1000
+    print(
+        f"first text event: in-process {first_local * 1000:.2f} ms, "
+        f"through the daemon {first_daemon * 1000:.2f} ms (+{added:.2f} ms)"
     )
 
 
