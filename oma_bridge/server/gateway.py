@@ -184,7 +184,13 @@ class Gateway:
             cancel_param=endpoint.cancel_param,
             inline_methods=endpoint.inline,
         )
-        session = Session(session_id, listener, peer, drop=ws.transport.abort)
+        session = Session(
+            session_id,
+            listener,
+            peer,
+            drop=ws.transport.abort,
+            write_idle=lambda: blocked_since is None and not ws.transport.get_write_buffer_size(),
+        )
         self.sessions.add(session)
         logger.info("connection %s opened on the %s listener", session_id, listener)
         try:

@@ -364,14 +364,11 @@ class AgentService:
             if event.type == "text" and isinstance(event.data, str):
                 # Joined into the entry before it while nobody took that one
                 # yet (a busy socket gets fewer, larger frames; journal.py).
-                journal.append_text(run_id, event.data, join=True)
+                entry = journal.append_text(run_id, event.data, join=True)
             else:
-                journal.append({"type": "event", "runId": run_id, "event": event.to_wire()})
+                entry = journal.append({"type": "event", "runId": run_id, "event": event.to_wire()})
             if caller is not None:
-                # Lets an idle caller take the entry (it goes out at once); a
-                # caller still writing leaves it open for the next text to join.
-                await anyio.lowlevel.checkpoint()
-                await caller.room()
+                await caller.handed(entry)
 
         async def execute() -> AgentRunResult:
             journal.append(

@@ -73,6 +73,8 @@ class Follower:
         self._moved = anyio.Event()
         self._awaited = False
         self._scope = anyio.CancelScope()
+        #: Delivering now (the pump's catch-up, or a hand-over of the run).
+        self.busy = False
 
     async def deliver(self, entry: Entry) -> None:
         raise NotImplementedError
@@ -80,6 +82,13 @@ class Follower:
     async def catch_up(self) -> None:
         """Deliver every entry after the cursor, including those appended meanwhile."""
         journal = self.journal
+        self.busy = True
+        try:
+            await self._catch_up(journal)
+        finally:
+            self.busy = False
+
+    async def _catch_up(self, journal: Journal) -> None:
         while self.cursor < journal.last_seq and not self.stopped:
             if self.cursor < journal.oldest_seq - 1:
                 if not self.skip_gaps:
@@ -148,6 +157,30 @@ class RunFollower(Follower):
         if data["type"] == "event" and data["runId"] == self.run_id:
             params = {"runId": self.run_id, "event": data["event"], "seq": entry.seq}
             await self.session.notify("run/event", params)
+
+    async def handed(self, entry: Entry) -> None:
+        """Deliver ``entry`` now when the caller is idle, else leave it to the pump.
+
+        Idle means nothing is being written to it and nothing waits before
+        ``entry``: the event goes out at once, with no task switch.  While a
+        write is in flight the entry stays open, so the texts that follow
+        join it, and the pump sends it when the write is done.
+        """
+        if (
+            not self.busy
+            and self.cursor == entry.seq - 1
+            and not entry.sent
+            and self.session.write_idle()
+        ):
+            self.busy = True
+            try:
+                self.journal.take(entry)
+                await self.deliver(entry)
+                self.cursor = entry.seq
+            finally:
+                self.busy = False
+        else:
+            await self.room()
 
     async def room(self) -> None:
         """Wait while the caller lags more than :data:`CALLER_LAG` entries behind."""
