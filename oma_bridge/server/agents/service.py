@@ -374,6 +374,8 @@ class AgentService:
             journal.append(
                 {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input}
             )
+            if caller is not None:
+                caller.cursor = journal.last_seq  # the caller's frames start after run_start
             if caller is None:
                 result = await run_turn()
                 self._end_run(hosted, run_id, result)
