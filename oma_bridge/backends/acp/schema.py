@@ -80,12 +80,6 @@ class InitializeResponse(_Open):
     def auth_method_ids(self) -> set[str]:
         return {m["id"] for m in self.auth_methods if isinstance(m.get("id"), str)}
 
-    def agent_label(self) -> str:
-        """``name version`` of the agent when it says so, for error messages."""
-        info = self.agent_info or {}
-        parts = [info.get("name"), info.get("version")]
-        return " ".join(p for p in parts if isinstance(p, str))
-
 
 class SessionResponse(_Open):
     """The answer to ``session/new`` (with ``sessionId``), ``session/load`` or ``resume``."""
