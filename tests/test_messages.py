@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from oma_bridge.agent.agent import AgentConfig, prepare_prompt_input
+from oma_bridge.agent import AgentConfig, prepare_prompt_input
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.messages import (
     MAX_NESTING_DEPTH,

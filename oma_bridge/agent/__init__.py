@@ -1,13 +1,9 @@
 """The agent layer: :class:`Agent` (run / stream / prompt / history), its config and hooks."""
 
-from oma_bridge.agent.agent import (
-    Agent,
-    AgentConfig,
-    AgentState,
-    RunStream,
-    closing_events,
-    prepare_run_input,
-)
+from oma_bridge.agent.agent import Agent, AgentState
+from oma_bridge.agent.config import AgentConfig
+from oma_bridge.agent.input import prepare_prompt_input, prepare_run_input
+from oma_bridge.agent.stream import RunStream, closing_events
 
 __all__ = [
     "Agent",
@@ -15,5 +11,6 @@ __all__ = [
     "AgentState",
     "RunStream",
     "closing_events",
+    "prepare_prompt_input",
     "prepare_run_input",
 ]

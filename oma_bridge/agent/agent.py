@@ -1,4 +1,4 @@
-"""Agents: ``AgentConfig`` and ``Agent`` (run / stream / prompt / history)."""
+"""``Agent``: run / stream / prompt / history over one backend."""
 
 from __future__ import annotations
 
@@ -6,18 +6,14 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
 
 from oma_bridge.agent.config import AfterRunHook, AgentConfig, BeforeRunHook
-from oma_bridge.agent.hooks import (
-    apply_after_run,
-    apply_before_run,
-    boundary_structured_error,
-    ensure_outcome,
-)
+from oma_bridge.agent.hooks import apply_after_run, apply_before_run, ensure_outcome
+from oma_bridge.agent.input import prepare_prompt_input, prepare_run_input, text_only_kind
+from oma_bridge.agent.stream import HookFailed, RunStream, StreamOutcome
 from oma_bridge.backends import (
     Backend,
     BackendKind,
@@ -44,9 +40,6 @@ from oma_bridge.messages import (
     AgentRunInput,
     LLMMessage,
     copy_messages,
-    text_message,
-    validate_content_blocks,
-    validate_messages,
 )
 from oma_bridge.results import (
     AgentRunResult,
@@ -128,7 +121,7 @@ class Agent:
         self._state = AgentState()
         self._backend: Backend | None = None
         self._runs: dict[str, _Run] = {}
-        self._streams: dict[asyncio.Task[None], _StreamOutcome] = {}
+        self._streams: dict[asyncio.Task[None], StreamOutcome] = {}
         self._prompt_lock = anyio.Lock()
         self._closed = False
 
@@ -306,7 +299,7 @@ class Agent:
 
         ``permission_handler`` overrides the agent's own for this run (the
         daemon asks the connection that started it).
-        ``raise_callback_errors`` makes a hook failure raise :class:`_HookFailed`
+        ``raise_callback_errors`` makes a hook failure raise :class:`HookFailed`
         (carrying the failed result) so a stream can end with ``error`` alone.
         """
         if self._closed:
@@ -335,7 +328,7 @@ class Agent:
         self._state.token_usage = TokenUsage(**result.token_usage.to_wire())
         self._state.error = None if result.success else result.output
         if raise_callback_errors and result.error_info and result.error_info.kind == "callback":
-            raise _HookFailed(result)
+            raise HookFailed(result)
         return result
 
     async def _run_guarded(
@@ -391,7 +384,7 @@ class Agent:
             self.config.before_run,
             messages,
             agent=self.config.model_copy(update={"before_run": None, "after_run": None}),
-            external_kind=_external_kind(self.config),
+            external_kind=text_only_kind(self.config),
             run_id=run_id,
         )
 
@@ -435,40 +428,6 @@ class Agent:
         return result
 
 
-def _external_kind(config: AgentConfig) -> BackendKind | None:
-    kind = config.backend.kind
-    return kind if text_only(kind) else None
-
-
-def prepare_run_input(run_input: object, config: AgentConfig) -> list[LLMMessage]:
-    """Guard, boundary check and copy of ``run``/``stream`` input, in that order.
-
-    The one place where input enters (``Agent`` uses it; the daemon and the
-    orchestrator call it at request time, so that bad input is refused
-    before anything is queued, observed or spawned).
-    """
-    if isinstance(run_input, str):
-        return [text_message(run_input)]
-    validate_messages(run_input)
-    kind = _external_kind(config)
-    if kind is not None:
-        raise boundary_structured_error(kind)
-    return copy_messages(run_input)  # type: ignore[arg-type]  # the guard proved the shape
-
-
-def prepare_prompt_input(prompt_input: object, config: AgentConfig) -> LLMMessage:
-    """The same for ``prompt`` input: one user message."""
-    if isinstance(prompt_input, str):
-        return text_message(prompt_input)
-    validate_content_blocks(prompt_input)
-    kind = _external_kind(config)
-    if kind is not None:
-        raise boundary_structured_error(kind)
-    # Copied inside its message, so that a refusal names messages[0].content[j]...
-    turn: LLMMessage = {"role": "user", "content": prompt_input}  # type: ignore[typeddict-item]
-    return copy_messages([turn])[0]  # type: ignore[no-any-return]
-
-
 def _new_run_id() -> str:
     return uuid.uuid4().hex
 
@@ -500,184 +459,3 @@ def _failed_result(run_id: str, error: BaseException, kind: ErrorKind) -> AgentR
     if kind == "internal":
         logger.error("internal error in a run", exc_info=error)
     return AgentRunResult.failed(run_id, error, kind)
-
-
-class _HookFailed(Exception):
-    """Carries the failed result of a hook out of a stream's producer."""
-
-    def __init__(self, result: AgentRunResult) -> None:
-        super().__init__(result.output)
-        self.result = result
-
-
-# ---------------------------------------------------------------------------
-# Streaming
-
-
-@dataclass
-class _StreamOutcome:
-    """What a stream's producer shares with its consumer: its result, its scope."""
-
-    result: AgentRunResult | None = None
-    #: The producer's cancel scope, set once it runs.
-    scope: anyio.CancelScope | None = None
-
-    def stop(self, task: asyncio.Task[None]) -> None:
-        """End the producer through its cancel scope, so shielded clean-up runs whole.
-
-        A native ``task.cancel()`` would break through the backends' shielded
-        stops (a process would lose its SIGTERM grace); it is used only for a
-        producer that has not started, which has nothing to clean up.
-        """
-        if self.scope is not None:
-            self.scope.cancel()
-        elif not task.done():
-            task.cancel()
-
-
-#: Events a stream's producer may run ahead of its consumer.  A small bound
-#: keeps backpressure (a slow consumer slows the run, memory stays flat)
-#: while sparing a task switch per event: a producer that has several events
-#: ready hands them over in one go (measured in docs/benchmarks.md).
-_STREAM_BUFFER = 64
-
-
-class RunStream:
-    """The async iterator returned by :meth:`Agent.stream`.
-
-    The run executes in a task owned by the agent, so that backends may hold
-    task groups open while events flow (a task group must not stay open
-    across a ``yield``).  A small bounded buffer gives backpressure: a slow
-    consumer slows the producer instead of growing memory.  The task holds no
-    reference to this object, so a consumer that drops the stream early lets
-    it be collected, and ``__del__`` cancels the run.  ``result`` holds the
-    final :class:`AgentRunResult` once the stream has ended.
-    """
-
-    def __init__(
-        self,
-        agent: Agent,
-        messages: list[LLMMessage],
-        run_id: str,
-        *,
-        permission_handler: PermissionHandler | None = None,
-    ) -> None:
-        self.run_id = run_id
-        self._agent = agent
-        self._permission_handler = permission_handler
-        self._messages: list[LLMMessage] | None = messages
-        self._outcome = _StreamOutcome()
-        self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](_STREAM_BUFFER)
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def result(self) -> AgentRunResult | None:
-        return self._outcome.result
-
-    def __aiter__(self) -> RunStream:
-        return self
-
-    async def __anext__(self) -> StreamEvent:
-        if self._task is None:
-            self._start()
-        try:
-            return await self._receive.receive()
-        except anyio.EndOfStream:
-            await self._finish()
-            raise StopAsyncIteration from None
-
-    def _start(self) -> None:
-        if self._messages is None:
-            raise RuntimeError("a stream can be iterated once")
-        messages, self._messages = self._messages, None
-        producer = _produce(
-            self._agent, messages, self.run_id, self._send, self._outcome, self._permission_handler
-        )
-        self._task = asyncio.get_running_loop().create_task(producer)
-        streams = self._agent._streams
-        streams[self._task] = self._outcome
-        self._task.add_done_callback(lambda task: streams.pop(task, None))
-
-    async def _finish(self) -> None:
-        task = self._task
-        if task is not None and not task.done():
-            await asyncio.wait([task])
-        if task is not None and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]  # a bug in the run: surface it
-
-    def cancel(self) -> bool:
-        """Cancel the run; the stream then ends with a ``cancelled`` result."""
-        return self._agent.cancel(self.run_id)
-
-    async def aclose(self) -> None:
-        """Stop the run (its processes end) and release the stream."""
-        self._messages = None
-        task = self._task
-        if task is not None and not task.done():
-            self._outcome.stop(task)
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait([task])
-        self._receive.close()
-
-    async def __aenter__(self) -> RunStream:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def __del__(self) -> None:
-        # A consumer that breaks out of ``async for`` without closing: the run
-        # must not outlive its stream, so its task is cancelled here.
-        task = self._task
-        if task is not None and not task.done():
-            self._outcome.stop(task)
-
-
-def closing_events(result: AgentRunResult) -> list[StreamEvent]:
-    """How a stream ends for ``result``: ``done`` (after an ``error`` for a backend,
-    provider or internal failure), or ``error`` alone when a hook failed."""
-    info = result.error_info
-    if info is not None and info.kind == "callback":
-        return [_error_event(info.name, result.output, info.code)]
-    events = []
-    if info is not None and info.kind in ("backend", "provider", "internal"):
-        events.append(_error_event(info.name, info.message or result.output, info.code))
-    events.append(StreamEvent("done", result))
-    return events
-
-
-def _error_event(name: str | None, message: str, code: str | None) -> StreamEvent:
-    data: dict[str, Any] = {"name": name or "Error", "message": message}
-    if code:
-        data["code"] = code
-    return StreamEvent("error", data)
-
-
-async def _produce(
-    agent: Agent,
-    messages: list[LLMMessage],
-    run_id: str,
-    send: MemoryObjectSendStream[StreamEvent],
-    outcome: _StreamOutcome,
-    permission_handler: PermissionHandler | None,
-) -> None:
-    """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook).
-
-    Its cancel scope is how :class:`RunStream` and :meth:`Agent.close` end it
-    (see :meth:`_StreamOutcome.stop`).
-    """
-    with anyio.CancelScope() as outcome.scope:
-        async with send:
-            try:
-                result = await agent.execute(
-                    messages,
-                    run_id=run_id,
-                    emit=send.send,
-                    permission_handler=permission_handler,
-                    raise_callback_errors=True,
-                )
-            except _HookFailed as failed:
-                result = failed.result
-            outcome.result = result
-            for event in closing_events(result):
-                await send.send(event)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from oma_bridge.agent.input import boundary_messages_error
 from oma_bridge.callbacks import invoke
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.messages import LLMMessage, copy_messages, last_user_text, validate_messages
@@ -21,27 +22,9 @@ __all__ = [
     "apply_after_run",
     "apply_before_run",
     "before_run_context",
-    "boundary_messages_error",
-    "boundary_structured_error",
     "ensure_outcome",
     "rewrite_last_user_prompt",
 ]
-
-
-def boundary_structured_error(kind: str) -> InvalidMessageError:
-    """Structured input for a text-only (process / ACP) backend."""
-    return InvalidMessageError(
-        f"The {kind} external backend accepts string prompts only; structured messages or "
-        "content blocks cannot be forwarded without loss."
-    )
-
-
-def boundary_messages_error(kind: str) -> InvalidMessageError:
-    """A ``beforeRun`` that changed ``messages`` for a text-only backend."""
-    return InvalidMessageError(
-        f"The {kind} external backend accepts beforeRun.prompt rewrites only; "
-        "beforeRun.messages cannot be forwarded without loss."
-    )
 
 
 def before_run_context(
