@@ -16,14 +16,12 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from oma_bridge.agent import Agent, AgentConfig
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.backends.llm.config import LlmConfig
-from oma_bridge.callbacks import invoke
 from oma_bridge.errors import CallbackError, CostBudgetExceededError, RunCancelledError
 from oma_bridge.messages import AgentRunInput, LLMMessage, copy_messages
 from oma_bridge.orchestration.evaluation import EvaluationConfig, OnlineEvaluator
@@ -32,162 +30,28 @@ from oma_bridge.orchestration.roster import Roster, Team
 from oma_bridge.orchestration.scheduler import RunControl
 from oma_bridge.orchestration.tasks import TaskSpec
 from oma_bridge.orchestration.teams import DEFAULT_MAX_CONCURRENCY, run_tasks, run_team
+from oma_bridge.orchestration.tracing import RunTracer, TraceCallback, call_quietly, otel_tracer
 from oma_bridge.results import (
     AgentRunResult,
     ErrorInfo,
     RunIdentity,
     RunStatus,
-    StreamEvent,
     TokenUsage,
 )
 
 __all__ = ["CostEstimator", "OpenMultiAgent", "ProgressCallback", "TraceCallback"]
 
+
 logger = logging.getLogger(__name__)
 
 #: ``on_progress({"type", "agent", "data"})``; sync or async.
 ProgressCallback: TypeAlias = Callable[[dict[str, Any]], Any]
-#: ``on_trace(span)`` at the end of each span; sync or async; errors are swallowed.
-TraceCallback: TypeAlias = Callable[[dict[str, Any]], Any]
 #: ``estimate_cost(usage, {"agentName", "model", "provider", "phase", "taskId"}) -> cost``.
 CostEstimator: TypeAlias = Callable[[TokenUsage, dict[str, Any]], float]
 
 _COST_WITHOUT_ESTIMATOR = (
     "maxCostBudget requires estimateCost so cost caps cannot be silently ignored."
 )
-
-
-async def _call_quietly(callback: Callable[[Any], Any], value: Any, what: str) -> None:
-    """Observers never break a run: log what they raise and go on."""
-    try:
-        await invoke(callback, value)
-    except Exception:
-        logger.exception("%s callback raised; ignored", what)
-
-
-class _Span:
-    __slots__ = ("attributes", "kind", "name", "otel", "parent_id", "span_id", "start")
-
-    def __init__(
-        self, kind: str, name: str, span_id: str, parent_id: str | None, otel: Any = None
-    ) -> None:
-        self.kind = kind
-        self.name = name
-        self.span_id = span_id
-        self.parent_id = parent_id
-        self.start = time.time()
-        self.attributes: dict[str, Any] = {}
-        self.otel = otel
-
-
-class _RunTracer:
-    """Derives the spans of one run from its stream events.
-
-    ``agent`` is the root span.  For LLM agents an ``llm_call`` span covers
-    each model turn: it opens when the run starts and again once every tool
-    of the previous turn has answered, and closes at the turn's first
-    ``tool_use`` or at the end.  A ``tool_call`` span runs from a
-    ``tool_use`` event to the ``tool_result`` with its id.
-    """
-
-    def __init__(
-        self,
-        identity: RunIdentity,
-        agent_name: str,
-        *,
-        llm: bool,
-        on_trace: TraceCallback | None,
-        otel_tracer: Any = None,
-    ) -> None:
-        self.identity = identity
-        self.agent_name = agent_name
-        self.llm = llm
-        self.on_trace = on_trace
-        self.otel_tracer = otel_tracer
-        self.finished: list[dict[str, Any]] = []
-        self.root = self._open("agent", agent_name, span_id=identity.root_span_id, parent=None)
-        self.llm_span: _Span | None = None
-        self.tools: dict[str, _Span] = {}
-        self.turns = 0
-        if llm:
-            self._open_llm_call()
-
-    def _open(self, kind: str, name: str, *, span_id: str | None, parent: _Span | None) -> _Span:
-        otel = None
-        if self.otel_tracer is not None:
-            otel = _start_otel_span(self.otel_tracer, kind, name, parent)
-        return _Span(
-            kind, name, span_id or secrets.token_hex(8), parent.span_id if parent else None, otel
-        )
-
-    def _open_llm_call(self) -> None:
-        self.turns += 1
-        self.llm_span = self._open("llm_call", f"turn {self.turns}", span_id=None, parent=self.root)
-
-    async def observe(self, event: StreamEvent) -> None:
-        if event.type == "tool_use" and isinstance(event.data, Mapping):
-            if self.llm_span is not None:
-                await self._close(self.llm_span)
-                self.llm_span = None
-            span = self._open(
-                "tool_call", str(event.data.get("name")), span_id=None, parent=self.root
-            )
-            span.attributes["toolUseId"] = event.data.get("id")
-            self.tools[str(event.data.get("id"))] = span
-        elif event.type == "tool_result" and isinstance(event.data, Mapping):
-            tool_use_id = str(event.data.get("tool_use_id"))
-            if tool_use_id in self.tools:
-                span = self.tools.pop(tool_use_id)
-                span.attributes["isError"] = bool(event.data.get("is_error", False))
-                await self._close(span)
-            if self.llm and not self.tools and self.llm_span is None:
-                self._open_llm_call()
-
-    async def finish(self, result: AgentRunResult) -> None:
-        if self.llm_span is not None:
-            await self._close(self.llm_span)
-        for span in self.tools.values():
-            span.attributes["completed"] = False  # announced, never answered (a budget stop)
-            await self._close(span)
-        self.root.attributes.update(
-            {
-                "status": result.status.code,
-                "inputTokens": result.token_usage.input_tokens,
-                "outputTokens": result.token_usage.output_tokens,
-            }
-        )
-        await self._close(self.root)
-
-    async def _close(self, span: _Span) -> None:
-        end = time.time()
-        record = {
-            "type": span.kind,
-            "name": span.name,
-            "agent": self.agent_name,
-            "runId": self.identity.run_id,
-            "traceId": self.identity.trace_id,
-            "spanId": span.span_id,
-            "parentId": span.parent_id,
-            "startTime": round(span.start * 1000, 3),
-            "endTime": round(end * 1000, 3),
-            "durationMs": round((end - span.start) * 1000, 3),
-            "attributes": dict(span.attributes),
-        }
-        self.finished.append(record)
-        if span.otel is not None:
-            for key, value in span.attributes.items():
-                if value is not None:
-                    span.otel.set_attribute(f"oma.{key}", value)
-            span.otel.end(end_time=int(end * 1e9))
-        if self.on_trace is not None:
-            await _call_quietly(self.on_trace, record, "on_trace")
-
-
-def _start_otel_span(tracer: Any, kind: str, name: str, parent: _Span | None) -> Any:
-    from opentelemetry import trace  # the optional extra; checked at construction
-
-    context = trace.set_span_in_context(parent.otel) if parent and parent.otel else None
-    return tracer.start_span(f"oma.{kind} {name}", context=context)
 
 
 class OpenMultiAgent:
@@ -224,7 +88,7 @@ class OpenMultiAgent:
         self.evaluator = (
             OnlineEvaluator(evaluation) if isinstance(evaluation, EvaluationConfig) else evaluation
         )
-        self._otel_tracer = _otel_tracer() if opentelemetry else None
+        self._otel_tracer = otel_tracer() if opentelemetry else None
         self._live: dict[str, Agent] = {}
         self._teams: dict[str, RunControl] = {}
 
@@ -301,7 +165,7 @@ class OpenMultiAgent:
 
         async def send(event: dict[str, Any]) -> None:
             for listener in listeners:
-                await _call_quietly(listener, event, "on_progress")
+                await call_quietly(listener, event, "on_progress")
 
         return send
 
@@ -330,7 +194,7 @@ class OpenMultiAgent:
         and its estimated cost (``None`` without an estimator).
         """
         await progress("agent_start", start_data)
-        tracer = _RunTracer(
+        tracer = RunTracer(
             identity,
             agent.name,
             llm=agent.kind == "llm",
@@ -495,14 +359,3 @@ def _fail(result: AgentRunResult, code: Any, error: Any, kind: Any) -> None:
     result.success = False
     result.status = RunStatus(code, error.message)
     result.error_info = ErrorInfo.from_error(kind, error)
-
-
-def _otel_tracer() -> Any:
-    try:
-        from opentelemetry import trace
-    except ImportError as error:
-        raise RuntimeError(
-            "opentelemetry=True needs the opentelemetry-api package "
-            "(pip install 'oma-bridge[otel]')"
-        ) from error
-    return trace.get_tracer("oma_bridge")
