@@ -68,7 +68,11 @@ def flood_children(daemon_pid: int) -> list[psutil.Process]:
 
 
 async def test_a_client_that_stops_reading_is_dropped_and_its_run_cancelled(folder: Path) -> None:
-    text = config_text(folder, server="send_timeout_s = 1.0", agents=AGENTS)
+    # The journal keeps up to journal_max_bytes of every stream by design (a
+    # bounded replay buffer, docs/sessions.md); a small one here, so that the
+    # RSS check below measures what is queued for the stuck client alone.
+    server = "send_timeout_s = 1.0\njournal_max_bytes = 1048576"
+    text = config_text(folder, server=server, agents=AGENTS)
     async with daemon_process(folder, text) as daemon, connect(discovery_dir=folder) as watcher:
         daemon_ps = psutil.Process(daemon.pid)
         # Warm up the stream path with a reader that keeps up, then take the baseline.

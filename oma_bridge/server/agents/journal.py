@@ -31,6 +31,10 @@ __all__ = ["Entry", "Journal"]
 
 #: What an entry costs beyond its text, for the byte limit (keys, ids, framing).
 _ENTRY_OVERHEAD = 96
+#: The largest a joined text entry grows: past it the next text opens an
+#: entry of its own, so a reader that lags sees its backlog grow in entries
+#: (which it can be made to wait on), never one entry without bound.
+JOIN_MAX_BYTES = 64 * 1024
 
 
 @dataclass(eq=False, slots=True)
@@ -74,6 +78,9 @@ class Journal:
         self.last_seq = 0
         self._changed = anyio.Event()
         self._waited = False
+        #: Readers that must get every entry (a stream's caller): owner -> the
+        #: last seq it has; retention never drops an entry past the lowest.
+        self.holds: dict[object, int] = {}
 
     # -- reading ---------------------------------------------------------------
 
@@ -128,7 +135,13 @@ class Journal:
     def append_text(self, run_id: str, text: str, *, join: bool) -> Entry:
         """A text event of ``run_id``; with ``join``, grown into the last entry when allowed."""
         last = self._entries[-1] if self._entries else None
-        if join and last is not None and not last.sent and last.data["type"] == "event":
+        if (
+            join
+            and last is not None
+            and not last.sent
+            and last.data["type"] == "event"
+            and last.size + len(text) <= JOIN_MAX_BYTES
+        ):
             event = last.data["event"]
             if last.data["runId"] == run_id and event["type"] == "text":
                 event["data"] += text
@@ -154,10 +167,14 @@ class Journal:
 
     def _trim(self) -> None:
         # The newest entry always stays, however large: a replay must be able
-        # to deliver what the run produced last.
+        # to deliver what the run produced last.  An entry a holder has not
+        # had yet stays too (the holder bounds how far it lags).
+        floor = min(self.holds.values()) if self.holds else None
         while len(self._entries) > 1 and (
             len(self._entries) > self.max_events or self._bytes > self.max_bytes
         ):
+            if floor is not None and self._entries[0].seq > floor:
+                break
             self._bytes -= self._entries.popleft().size
 
     def _wake(self) -> None:
@@ -166,4 +183,3 @@ class Journal:
             self._waited = False
             self._changed.set()
             self._changed = anyio.Event()
-        self._waited = False

@@ -376,16 +376,20 @@ class AgentService:
             )
             if caller is not None:
                 caller.cursor = journal.last_seq  # the caller's frames start after run_start
+                caller.delivered_up_to(caller.cursor)
             if caller is None:
                 result = await run_turn()
                 self._end_run(hosted, run_id, result)
                 return result
-            async with anyio.create_task_group() as sending:
-                sending.start_soon(caller.pump)
-                result = await run_turn()
-                self._end_run(hosted, run_id, result)
-                await caller.delivered(journal.last_seq)  # every run/event before the answer
-                caller.stop()
+            try:
+                async with anyio.create_task_group() as sending:
+                    sending.start_soon(caller.pump)
+                    result = await run_turn()
+                    self._end_run(hosted, run_id, result)
+                    await caller.delivered(journal.last_seq)  # every run/event before the answer
+                    caller.stop()
+            finally:
+                caller.stop()  # its hold on the journal ends with the run, however it ends
             return result
 
         async def run_turn() -> AgentRunResult:

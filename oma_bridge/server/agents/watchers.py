@@ -31,8 +31,9 @@ __all__ = ["Follower", "RunFollower", "Watcher", "check_cursor"]
 
 logger = logging.getLogger("oma_bridge.server")
 
-#: How many entries a stream's caller may lag before the run waits for it.
-CALLER_LAG = 256
+#: How many entries a stream's caller may lag before the run waits for it
+#: (with joined entries of at most ``JOIN_MAX_BYTES``: a few MiB at most).
+CALLER_LAG = 64
 
 
 def _expired(journal: Journal) -> WireError:
@@ -105,6 +106,7 @@ class Follower:
                 journal.take(entry)
                 await self.deliver(entry)
                 self.cursor = entry.seq
+                self.delivered_up_to(entry.seq)
                 if self._awaited:
                     self._awaited = False
                     self._moved.set()
@@ -121,6 +123,9 @@ class Follower:
             logger.warning("connection %s fell behind a journal; dropping it", self.session.id)
             self.session.drop()
 
+    def delivered_up_to(self, seq: int) -> None:
+        """Hook for readers that hold the journal (see :class:`RunFollower`)."""
+
     async def delivered(self, seq: int) -> None:
         """Return once every entry up to ``seq`` was delivered (or the reader stopped)."""
         while self.cursor < seq and not self.stopped and not self.session.closed:
@@ -131,6 +136,7 @@ class Follower:
         self.stopped = True
         self._scope.cancel()
         self._moved.set()
+        self.journal.holds.pop(self, None)
 
 
 class Watcher(Follower):
@@ -151,6 +157,13 @@ class RunFollower(Follower):
     def __init__(self, session: Session, journal: Journal, run_id: str) -> None:
         super().__init__(session, journal, journal.last_seq)
         self.run_id = run_id
+        # The caller gets every event of its run: retention waits for it (and
+        # the run waits when it lags, see room()), so its memory stays bounded.
+        journal.holds[self] = self.cursor
+
+    def delivered_up_to(self, seq: int) -> None:
+        if not self.stopped:
+            self.journal.holds[self] = seq
 
     async def deliver(self, entry: Entry) -> None:
         data = entry.data
@@ -177,6 +190,7 @@ class RunFollower(Follower):
                 self.journal.take(entry)
                 await self.deliver(entry)
                 self.cursor = entry.seq
+                self.delivered_up_to(entry.seq)
             finally:
                 self.busy = False
         else:
