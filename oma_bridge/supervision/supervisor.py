@@ -55,7 +55,9 @@ import anyio.lowlevel
 import anyio.to_thread
 import psutil
 
+from oma_bridge.observe import report
 from oma_bridge.supervision import watchdog as _watchdog
+from oma_bridge.supervision.exits import exit_parts
 from oma_bridge.supervision.pipes import (
     DEFAULT_STDERR_TAIL_BYTES,
     ChildProtocol,
@@ -305,6 +307,7 @@ class Supervisor:
         self._watchdog.register(pid)
         logger.debug("spawned %s as pid %d (tag %s)", argv[0], pid, tag)
         process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin, labels=labels)
+        report("spawn", pid=pid, command=argv[0], **_audited(labels))
         self._live[pid] = process
         return process
 
@@ -431,12 +434,23 @@ class SupervisedProcess:
     def _on_exit(self) -> None:
         """The child is gone: end what it left in its group, then, later, its escapees.
 
+        The exit is reported to the observers (the daemon's audit log) first.
+
         Left running, they could hold our pipes open forever (``sh -c 'sleep
         99 & echo hi'``).  The group goes at once; a descendant that left the
         group gets :data:`EXIT_LINGER_S` to close our pipes before the tag
         scan ends it.  Callbacks, not a task: this costs a normal run one
         ``killpg`` and nothing else.
         """
+        code = self.returncode
+        signal_name = describe_signal(code)
+        report(
+            "exit",
+            pid=self.pid,
+            returncode=code if signal_name is None else None,
+            signal=signal_name,
+            **_audited(self.labels),
+        )
         self.signal_group(signal.SIGKILL)
         if not self._protocol.closed.is_set():
             loop = asyncio.get_running_loop()
@@ -550,3 +564,15 @@ def reap_leftovers(state_dir: Path) -> int:
     if not state_dir.is_dir():
         return 0
     return _watchdog.reap_state_dir(state_dir)
+
+
+def _audited(labels: Mapping[str, str] | None) -> dict[str, str]:
+    """The labels an audit record carries (``agentId``, ``runId``)."""
+    return {key: value for key, value in (labels or {}).items() if key in ("agentId", "runId")}
+
+
+def describe_signal(returncode: int | None) -> str | None:
+    """The signal's name when ``returncode`` says a signal ended the child."""
+    if returncode is None or returncode >= 0:
+        return None
+    return exit_parts(returncode)[1]

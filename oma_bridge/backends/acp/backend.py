@@ -527,12 +527,18 @@ class AcpBackend:
         if method == "session/request_permission":
             return await self._on_permission(params)
         if method in ("fs/read_text_file", "fs/write_text_file") and self.config.fs == "cwd":
+            who = self._who()
             if method == "fs/read_text_file":
-                return await fs.read_text_file(self._cwd, params)
-            return await fs.write_text_file(self._cwd, params)
+                return await fs.read_text_file(self._cwd, params, who)
+            return await fs.write_text_file(self._cwd, params, who)
         if method.startswith("terminal/") and self.config.terminal:
             return await self._terminals.handle(method, params)
         raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    def _who(self) -> dict[str, str]:
+        """Whose the agent is, for the observers (the daemon's labels, ``agentId``)."""
+        agent_id = self.config.labels.get("agentId")
+        return {"agentId": agent_id} if agent_id else {}
 
     async def _on_permission(self, params: dict[str, Any]) -> Any:
         options = parse_options(params.get("options"))

@@ -7,12 +7,14 @@ check, so neither can leave the directory (docs/contract.md §11.13).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from oma_bridge.errors import WireError
+from oma_bridge.observe import report
 from oma_bridge.rpc import INVALID_PARAMS
 
 __all__ = ["OUTSIDE_CWD", "RESOURCE_NOT_FOUND", "read_text_file", "write_text_file"]
@@ -21,14 +23,18 @@ RESOURCE_NOT_FOUND = -32002
 OUTSIDE_CWD = "path is outside the agent's working directory"
 
 
-def confine(root: Path, raw: object) -> Path:
-    """The real path of ``raw`` if it lies inside ``root`` (itself a real path)."""
+def confine(root: Path, raw: object, who: Mapping[str, str] | None = None) -> Path:
+    """The real path of ``raw`` if it lies inside ``root`` (itself a real path).
+
+    A refusal is reported (``fs_denied``) to the observers, with ``who``.
+    """
     if not isinstance(raw, str) or not raw:
         raise WireError(INVALID_PARAMS, "path must be a non-empty string")
     if not Path(raw).is_absolute():
         raise WireError(INVALID_PARAMS, f"path must be absolute: {raw}")
     real = Path(os.path.realpath(raw))
     if real != root and root not in real.parents:
+        report("fs_denied", path=str(real), reason=OUTSIDE_CWD, **(who or {}))
         raise WireError(RESOURCE_NOT_FOUND, OUTSIDE_CWD, {"path": raw})
     return real
 
@@ -42,9 +48,11 @@ def _positive(params: dict[str, Any], name: str) -> int | None:
     return value
 
 
-async def read_text_file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+async def read_text_file(
+    root: Path, params: dict[str, Any], who: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """``{path, line?, limit?}`` -> ``{content}``; ``line`` is 1-based, ``limit`` counts lines."""
-    path = confine(root, params.get("path"))
+    path = confine(root, params.get("path"), who)
     line, limit = _positive(params, "line"), _positive(params, "limit")
     try:
         text = await anyio.Path(path).read_text(encoding="utf-8", errors="replace")
@@ -60,9 +68,14 @@ async def read_text_file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
     return {"content": text}
 
 
-async def write_text_file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
-    """``{path, content}`` -> ``{}``; a missing file is created, a missing folder is not."""
-    path = confine(root, params.get("path"))
+async def write_text_file(
+    root: Path, params: dict[str, Any], who: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``{path, content}`` -> ``{}``; a missing file is created, a missing folder is not.
+
+    A write is reported (``fs_write``, the resolved path and its size) to the observers.
+    """
+    path = confine(root, params.get("path"), who)
     content = params.get("content")
     if not isinstance(content, str):
         raise WireError(INVALID_PARAMS, "content must be a string")
@@ -72,4 +85,5 @@ async def write_text_file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
         raise WireError(RESOURCE_NOT_FOUND, f"folder not found for: {params['path']}") from None
     except IsADirectoryError:
         raise WireError(INVALID_PARAMS, f"not a file: {params['path']}") from None
+    report("fs_write", path=str(path), bytes=len(content.encode()), **(who or {}))
     return {}

@@ -32,6 +32,7 @@ import anyio
 
 from oma_bridge.backends.acp.fs import RESOURCE_NOT_FOUND
 from oma_bridge.errors import WireError
+from oma_bridge.observe import report
 from oma_bridge.rpc import INVALID_PARAMS
 from oma_bridge.supervision.exits import exit_parts
 from oma_bridge.supervision.supervisor import SupervisedProcess, default_supervisor
@@ -170,6 +171,7 @@ class Terminals:
             raise WireError(INVALID_PARAMS, f"cannot start {command}: {exc}") from None
         terminal_id = f"term-{next(self._ids)}"
         self._terminals[terminal_id] = _Terminal(process, limit)
+        report("terminal", command=command, pid=process.pid, agentId=self._labels.get("agentId"))
         return {"terminalId": terminal_id}
 
     async def close_all(self) -> None:

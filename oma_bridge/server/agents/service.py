@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from oma_bridge import observe
 from oma_bridge._version import __version__
 from oma_bridge.agent import Agent, closing_events, prepare_run_input
 from oma_bridge.errors import InvalidMessageError, WireError
@@ -129,12 +130,24 @@ class AgentService:
             self.restorable[session.agent_id] = session
         if self.restorable:
             logger.info("%d persisted session(s) can be resumed", len(self.restorable))
-        async with anyio.create_task_group() as tg:
-            self.task_group = tg
-            tg.start_soon(self.store.run)
-            tg.start_soon(self.reap_idle)
-            task_status.started()
-            await anyio.sleep_forever()
+        unsubscribe = observe.subscribe(self._audit_side_effect)
+        try:
+            async with anyio.create_task_group() as tg:
+                self.task_group = tg
+                tg.start_soon(self.store.run)
+                tg.start_soon(self.reap_idle)
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            unsubscribe()
+
+    def _audit_side_effect(self, event: str, fields: dict[str, Any]) -> None:
+        """Spawns, exits, file writes and denials, terminals: into the audit log."""
+        agent_id = fields.pop("agentId", None)
+        hosted = self.agents.get(agent_id) if agent_id else None
+        if event == "spawn" and hosted is not None:
+            fields["profile"] = hosted.profile_name
+        self.audit.record(event, agent_id, **fields)
 
     def reload(self, config: ServerConfig) -> None:
         """New profiles for new agents; open agents keep the profile they have."""
