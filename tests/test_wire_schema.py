@@ -548,6 +548,13 @@ async def _session(rec: Recorder) -> None:
     assert crashed["result"]["success"] is False
     assert (await rec.call("agent/close", {"agentId": acp}))["result"] == {}
 
+    # The audit log's tail (extension): the permission decisions above, oldest first.
+    audit = (await rec.call("daemon/audit", {"limit": 2}))["result"]["records"]
+    assert [record["event"] for record in audit] == ["permission", "permission"]
+    assert audit[0]["decidedBy"]["client"]["name"] == "schema-test"
+    assert audit[1]["decidedBy"] == "timeout"
+    assert (await rec.call("daemon/audit", {"limit": 0}))["error"]["code"] == -32602
+
 
 def _check_frames(rec: Recorder, document: dict[str, Any]) -> set[str]:
     """Validate every frame the daemon sent (and our answers); return what was seen."""
