@@ -96,8 +96,11 @@ class StatusPage:
             f'document.querySelector(\'tr[data-agent-id="{agent_id}"][data-watched="true"]\')'
         )
 
-    async def check_clean(self) -> None:
-        """No script error, no CSP violation, and no request beyond the daemon's origin."""
+    async def check_clean(self, *, also: tuple[str, ...] = ()) -> None:
+        """No script error, no CSP violation, no request beyond the daemon's origin (and ``also``).
+
+        The daemon's log never shows the token either.
+        """
         page = self.page
         exceptions = page.events("Runtime.exceptionThrown")
         assert exceptions == [], exceptions
@@ -105,12 +108,15 @@ class StatusPage:
         requests = [event["request"]["url"] for event in page.events("Network.requestWillBeSent")]
         sockets = [event["url"] for event in page.events("Network.webSocketCreated")]
         assert requests, "the browser's network log is empty"
-        foreign = [url for url in requests if not url.startswith(self.origin + "/")]
+        foreign = [
+            url for url in requests if not url.startswith(self.origin + "/") and url not in also
+        ]
         assert foreign == [], foreign
         ws_origin = "ws" + self.origin.removeprefix("http")
         assert {url for url in sockets} <= {ws_origin + "/"}, sockets
         # The fragment stays in the browser: the token is in no URL it asked for.
         assert all(self.token not in url for url in requests + sockets)
+        assert self.token not in self.daemon.log()
 
 
 @contextlib.asynccontextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import anyio
 import anyio.abc
 import orjson
 import pytest
+from support.fake_browser import fake_browser, opened
 
 from oma_bridge._version import __version__
 from oma_bridge.backends import PermissionRequest
@@ -81,6 +83,25 @@ async def test_the_page_lists_the_built_in_profiles(folder: Path) -> None:
             == 0
         )
         await ui.check_clean()
+
+
+async def test_the_link_of_oma_bridge_ui_opens_the_page(folder: Path, tmp_path: Path) -> None:
+    async with status_page(folder) as ui:
+        token_file = tmp_path / "token"
+        token_file.write_text(ui.token)
+        url = "ws" + ui.origin.removeprefix("http") + "/"
+        keep = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+        env = {**keep, "XDG_RUNTIME_DIR": str(tmp_path), "BROWSER": str(fake_browser(tmp_path))}
+        command = [sys.executable, "-m", "oma_bridge.cli", "ui", "--url", url]
+        done = await anyio.run_process([*command, "--token-file", str(token_file)], env=env)
+        assert done.stdout.decode() == ui.link + "\n"
+        # What the CLI gave the browser: a file of the user's that forwards to the link.
+        (forward,) = opened(tmp_path)
+        await ui.page.navigate(forward)
+        await ui.page.wait_for(
+            "location.pathname === '/ui' && document.querySelectorAll('#profile-rows tr').length"
+        )
+        await ui.check_clean(also=(forward,))
 
 
 async def test_a_stream_shows_its_text_as_it_arrives(folder: Path) -> None:
