@@ -73,6 +73,10 @@ async def test_the_page_lists_the_built_in_profiles(folder: Path) -> None:
         assert "llm" in echo and "echo-1" in echo
         assert f"daemon {__version__}" in await page.text("#summary")
         assert await page.evaluate("document.getElementById('no-access').hidden") is True
+        # The token left the address bar (a shared screen shows none); a reload keeps it.
+        assert await page.evaluate("location.href") == f"{ui.origin}/ui"
+        await page.navigate(f"{ui.origin}/ui")
+        await page.wait_for("document.querySelectorAll('#profile-rows tr').length")
         # Landmarks and headings a screen reader can walk.
         headings = await page.evaluate(
             "[...document.querySelectorAll('main section > h2')].map((h) => h.textContent)"
