@@ -1,11 +1,12 @@
-"""The ``oma-bridge`` command line: ``serve``, ``agents``, ``run``, ``status``, ``team``, ...
+"""The ``oma-bridge`` command line: ``serve``, ``run``, ``acp``, ``watch``, ``team``, ``ui``, ...
 
 Every command but ``serve`` finds the daemon through its discovery file, or
 at ``--url`` (with ``--token-file`` and ``--ca-file``: :func:`client_options`),
 and says so plainly when none answers.  Exit codes: 0 success, 1 a failed
 run or a daemon that cannot start, 2 bad input (usage, config,
 ``InvalidMessageError``), 3 no daemon to talk to (a TLS handshake that
-fails included).  No output ever carries the token.
+fails included).  No output ever carries the token, but for the one link
+``oma-bridge ui`` prints on stdout, which is what it is for.
 """
 
 from __future__ import annotations
@@ -111,6 +112,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     acp.add_argument(
         "--no-autostart", action="store_true", help="do not start a daemon when none is running"
     )
+
+    ui = commands.add_parser(
+        "ui",
+        help="print the link to the daemon's status page (and open it in a browser)",
+        parents=[remote],
+    )
+    ui.add_argument("--no-browser", action="store_true", help="only print the link")
 
     audit = commands.add_parser("audit", help="show the audit log as a table")
     audit.add_argument("--follow", action="store_true", help="keep printing new records")
@@ -398,6 +406,88 @@ async def _watch(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
                 sys.stdout.flush()
     return 0
+
+
+async def _ui(args: argparse.Namespace) -> int:
+    """The status page's link, ``http://127.0.0.1:PORT/ui#token=...``, on stdout; a browser.
+
+    The token rides in the fragment, which a browser never sends.  It is
+    printed there and nowhere else; the browser is not given the link on its
+    command line (which every local user can read) but a file of the user's
+    own (0600) that forwards to it.
+    """
+    from oma_bridge.client import ConnectOptionError, find_daemon, read_token_file
+    from oma_bridge.paths import default_runtime_dir
+
+    token = read_token_file(args.token_file) if args.token_file is not None else None
+    if args.url is not None:
+        if token is None:
+            raise ConnectOptionError("--url needs --token-file: the link carries the token")
+        url, folder = args.url, default_runtime_dir()
+    else:
+        discovery = find_daemon()
+        url, folder, token = discovery.url, discovery.path.parent, token or discovery.token
+        if url is None:
+            print(
+                "oma-bridge: the status page is served on the daemon's TCP listener, "
+                'and this daemon has none: set [server] tcp = "127.0.0.1:7878" in its config '
+                "(or start it with --tcp 127.0.0.1:7878)",
+                file=sys.stderr,
+            )
+            return EXIT_NO_DAEMON
+    link = _ui_link(url, token)
+    print(link, flush=True)
+    if not args.no_browser:
+        _open_browser(link, folder)
+    return 0
+
+
+def _ui_link(url: str, token: str) -> str:
+    """``ws://HOST:PORT/`` (``wss``) → ``http://HOST:PORT/ui#token=...`` (``https``)."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    from oma_bridge.client import ConnectOptionError
+
+    parts = urlsplit(url)
+    schemes = {"ws": "http", "wss": "https"}
+    if parts.scheme.lower() not in schemes or not parts.netloc:
+        raise ConnectOptionError(f"not a ws:// or wss:// URL: {url}")
+    fragment = "token=" + quote(token, safe="")
+    return urlunsplit((schemes[parts.scheme.lower()], parts.netloc, "/ui", "", fragment))
+
+
+def _open_browser(link: str, folder: Path) -> None:
+    """Open ``link`` in a graphical browser, if there is one, through a private redirect file."""
+    import html
+    import os
+    import webbrowser
+
+    graphical = sys.platform in ("darwin", "win32") or any(
+        os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")
+    )
+    if not graphical:
+        print("oma-bridge: no browser to open here; open the link above", file=sys.stderr)
+        return
+    target = html.escape(link, quote=True)
+    page = (
+        '<!doctype html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+        f'<meta http-equiv="refresh" content="0;url={target}">'
+        f'<title>oma-bridge status</title><a href="{target}">oma-bridge status page</a>\n'
+    )
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        redirect = folder / "ui-link.html"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(redirect, flags, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            os.fchmod(fd, 0o600)
+            file.write(page)
+        opened = webbrowser.open(redirect.as_uri(), new=2)
+    except (OSError, webbrowser.Error) as error:
+        print(f"oma-bridge: cannot open a browser ({error}); open the link above", file=sys.stderr)
+        return
+    if not opened:
+        print("oma-bridge: no browser to open here; open the link above", file=sys.stderr)
 
 
 async def _audit(args: argparse.Namespace) -> int:
@@ -700,6 +790,7 @@ _CLIENT_COMMANDS = {
     "watch": _watch,
     "audit": _audit,
     "team": _team,
+    "ui": _ui,
 }
 
 

@@ -570,6 +570,13 @@ async def _session(rec: Recorder) -> None:
     assert crashed["result"]["success"] is False
     assert (await rec.call("agent/close", {"agentId": acp}))["result"] == {}
 
+    # The audit log's tail (extension), oldest first: the permission decisions
+    # above are its last two permission records (spawns and exits come between).
+    audit = (await rec.call("daemon/audit", {"limit": 50}))["result"]["records"]
+    decisions = [record for record in audit if record["event"] == "permission"][-2:]
+    assert decisions[0]["decidedBy"]["client"]["name"] == "schema-test"
+    assert decisions[1]["decidedBy"] == "timeout"
+    assert (await rec.call("daemon/audit", {"limit": 0}))["error"]["code"] == -32602
     # Team runs: a chain, an ACP member that asks a permission, a failing
     # task retried once, its skipped dependent; a team whose echo coordinator
     # cannot plan; the refusals of §15.

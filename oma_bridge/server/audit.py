@@ -5,6 +5,8 @@ as things happen: ``{"ts" (RFC 3339 UTC), "event", "agentId", "runId"?,
 "sessionId"?, ...}``.  Every string goes through the one redaction function
 first, so no secret reaches the file.  ``[server] audit_log = false`` turns
 it off.  The events and their fields are listed in ``docs/sessions.md``.
+:meth:`AuditLog.tail` reads the newest records back (``daemon/audit``, the
+status page).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ __all__ = ["AuditLog", "decided_by_client"]
 logger = logging.getLogger("oma_bridge.server")
 
 AUDIT_NAME = "audit.jsonl"
+#: ``tail`` reads backwards in blocks of this size, and never more than the cap.
+_TAIL_BLOCK = 64 * 1024
+_TAIL_MAX_BYTES = 4 * 1024 * 1024
 
 
 def _redacted(value: Any) -> Any:
@@ -70,6 +75,47 @@ class AuditLog:
         except OSError as error:
             self._failed = True
             logger.warning("cannot write the audit log %s: %s", self.path, error.strerror)
+
+    def tail(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` records, oldest first (blocking: call it in a thread).
+
+        A line that does not parse (one cut short by a crash) is skipped; at
+        most the last 4 MiB of the file are read.  No file, or the log
+        turned off: no records.
+        """
+        if self.path is None:
+            return []
+        try:
+            with self.path.open("rb") as file:
+                end = position = file.seek(0, os.SEEK_END)
+                data = b""
+                while position > 0 and data.count(b"\n") <= limit:
+                    if end - position >= _TAIL_MAX_BYTES:
+                        break
+                    step = min(_TAIL_BLOCK, position)
+                    position -= step
+                    file.seek(position)
+                    data = file.read(step) + data
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            logger.warning("cannot read the audit log %s: %s", self.path, error.strerror)
+            return []
+        lines = data.split(b"\n")
+        if position > 0:
+            lines = lines[1:]  # the first one may have begun before what was read
+        records: list[dict[str, Any]] = []
+        for line in reversed(lines):
+            if len(records) == limit:
+                break
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        records.reverse()
+        return records
 
     def close(self) -> None:
         if self._fd is not None:

@@ -11,18 +11,23 @@ upgrade go on.  The order of the checks, first match wins:
 2. a ``token`` in the query string → 400, even a correct one: a token in a
    URL ends up in histories and proxy logs, so the client is told loudly
    whatever else the request is;
-3. not a WebSocket upgrade (not a GET with ``Upgrade: websocket``) → 404;
-4. TCP only: ``Host`` must be ``127.0.0.1:PORT``, ``localhost:PORT``,
+3. ``GET /ui``, the status page (PROTOCOL §16): on the TCP listener, once
+   the ``Host`` check of 5 passed, 200 and the page (public static content:
+   no token needed); on the unix socket 404;
+4. not a WebSocket upgrade (not a GET with ``Upgrade: websocket``) → 404;
+5. TCP only: ``Host`` must be ``127.0.0.1:PORT``, ``localhost:PORT``,
    ``[::1]:PORT``, the listener's own IP address, or a configured name, with
    the port the request came in on → else 403 (DNS rebinding);
-5. ``Origin`` absent or exactly one of ``allowed_origins`` → else 403 (two
-   Origin headers: 403);
-6. offering ``oma-bridge.auth.<token>`` without ``oma-bridge.v1`` → 400;
-7. the token, by ``Authorization: Bearer`` or by subprotocol, compared with
+6. ``Origin`` absent, exactly one of ``allowed_origins``, or (TCP) the
+   listener's own origin, ``http://NAME:PORT`` (``https`` with TLS) for a
+   NAME of the Host check and the port the request came in on, which is
+   where the status page runs → else 403 (two Origin headers: 403);
+7. offering ``oma-bridge.auth.<token>`` without ``oma-bridge.v1`` → 400;
+8. the token, by ``Authorization: Bearer`` or by subprotocol, compared with
    :func:`hmac.compare_digest`: required on TCP, and on the unix socket when
    ``require_token_on_unix`` is set; a credential that is presented is
    always checked, even where none is required → 401;
-8. an upgrade while the daemon is stopping → 503.
+9. an upgrade while the daemon is stopping → 503.
 
 The connection limit (503) comes after these, in the listener, so that only
 authenticated clients learn that the daemon is busy.  Rejection bodies are the
@@ -48,6 +53,7 @@ from websockets.headers import parse_subprotocol
 
 from oma_bridge.server.config import ServerConfig, ServerSection
 from oma_bridge.server.private_file import open_private_file
+from oma_bridge.server.ui import UI_PATH, page
 from oma_bridge.wire.codes import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL
 
 __all__ = [
@@ -75,11 +81,13 @@ _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """An HTTP answer instead of the upgrade: status, body, and a reason for the log."""
+    """An HTTP answer instead of the upgrade: status, body, a reason for the log, headers."""
 
     status: HTTPStatus
     body: str
     reason: str
+    #: Headers beyond the plain-text defaults (a ``Content-Type`` replaces the default one).
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def refuse(cls, status: HTTPStatus, reason: str) -> Answer:
@@ -202,12 +210,14 @@ class RequestPolicy:
             return _READINESS[self.readiness]
         if any(name == "token" for name, _ in parse_qsl(url.query, keep_blank_values=True)):
             return Answer.refuse(HTTPStatus.BAD_REQUEST, "token in the query string")
+        if method == "GET" and url.path == UI_PATH and not _is_upgrade(headers):
+            return self._status_page(headers, listener, port)
         if method != "GET" or not _is_upgrade(headers):
             return Answer.refuse(HTTPStatus.NOT_FOUND, "not a WebSocket upgrade")
         if listener == "tcp" and not self._host_ok(headers, port):
             return Answer.refuse(HTTPStatus.FORBIDDEN, "Host not allowed")
         origins = headers.get_all("Origin")
-        if len(origins) > 1 or (origins and origins[0] not in self._origins):
+        if len(origins) > 1 or (origins and not self._origin_ok(origins[0], listener, port)):
             return Answer.refuse(HTTPStatus.FORBIDDEN, "Origin not allowed")
         acp = acp_target(url.path)
         refused = self._check_credentials(headers, listener, acp=acp is not None)
@@ -218,6 +228,23 @@ class RequestPolicy:
             # Only a client that passed every check learns why (as for the connection limit).
             return Answer.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the daemon is stopping")
         return refused
+
+    def _status_page(self, headers: Headers, listener: ListenerKind, port: int | None) -> Answer:
+        if listener != "tcp":
+            return Answer.refuse(HTTPStatus.NOT_FOUND, "the status page is on the TCP listener")
+        if not self._host_ok(headers, port):
+            return Answer.refuse(HTTPStatus.FORBIDDEN, "Host not allowed")
+        body, extra = page(headers["Host"], tls=self._settings.tls_cert is not None)
+        return Answer(HTTPStatus.OK, body, "status page", extra)
+
+    def _origin_ok(self, origin: str, listener: ListenerKind, port: int | None) -> bool:
+        """One of ``allowed_origins``, or the TCP listener's own: its status page (§16)."""
+        if origin in self._origins:
+            return True
+        if listener != "tcp" or port is None:
+            return False
+        scheme = "https" if self._settings.tls_cert is not None else "http"
+        return any(origin == f"{scheme}://{name}:{port}" for name in self._host_names)
 
     def _host_ok(self, headers: Headers, port: int | None) -> bool:
         hosts = headers.get_all("Host")

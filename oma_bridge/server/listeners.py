@@ -240,6 +240,10 @@ def _process_request(
         if answer.status != HTTPStatus.OK:
             logger.info("refused a %s request: %d %s", kind, answer.status.value, answer.reason)
         response = connection.respond(answer.status, answer.body)
+        for name, value in answer.headers:
+            if name in response.headers:
+                del response.headers[name]
+            response.headers[name] = value
         if answer.status == HTTPStatus.UNAUTHORIZED:
             response.headers["WWW-Authenticate"] = "Bearer"
         return response

@@ -20,6 +20,7 @@ from oma_bridge.wire.codes import invalid_params
 __all__ = [
     "AgentIdParams",
     "AgentOverrides",
+    "AuditParams",
     "Capabilities",
     "ClientInfo",
     "HookFlags",
@@ -171,6 +172,12 @@ class RunIdParams(WireParams):
 class WatchParams(WireParams):
     agentId: StrictStr
     afterSeq: StrictInt | None = Field(default=None, ge=0)
+
+
+class AuditParams(WireParams):
+    """``daemon/audit`` (extension): how many of the newest records (at most 1000 are sent)."""
+
+    limit: StrictInt = Field(default=100, ge=1)
 
 
 def parse_params(model: type[ModelT], params: Any) -> ModelT:

@@ -44,6 +44,7 @@ from oma_bridge.messages.types import (
 from oma_bridge.wire.codes import PROTOCOL_VERSION
 from oma_bridge.wire.params import (
     AgentIdParams,
+    AuditParams,
     InitializeParams,
     NoParams,
     OpenParams,
@@ -626,6 +627,21 @@ class DaemonStatus(TypedDict):
     evaluation: NotRequired[EvaluationStats]
 
 
+@with_config(_OPEN)
+class AuditRecord(TypedDict):
+    """One line of the audit log (PROTOCOL §14); the keys beyond these depend on ``event``."""
+
+    ts: str
+    event: str
+    agentId: str | None
+
+
+@with_config(_CLOSED)
+class DaemonAuditResult(TypedDict):
+    #: Oldest first; at most ``limit`` (and at most 1000).
+    records: list[AuditRecord]
+
+
 # ---------------------------------------------------------------------------
 # The daemon's requests (docs/contract.md §5) and the answers it accepts
 
@@ -922,6 +938,13 @@ METHODS: dict[str, MethodSpec] = {
         "a coordinator plans tasks for profiles, they run, it writes the answer",
     ),
     "daemon/status": MethodSpec("client→daemon", _Ignored, DaemonStatus, ()),
+    "daemon/audit": MethodSpec(
+        "client→daemon",
+        AuditParams,
+        DaemonAuditResult,
+        (-32602,),
+        "extension: the newest records of the audit log (the status page's tail)",
+    ),
     "run/event": MethodSpec("daemon→client", RunEventParams, None, (), "one event of a stream"),
     "oma/progress": MethodSpec(
         "daemon→client",

@@ -78,6 +78,22 @@ async def raw_http(
     method: str = "GET",
 ) -> tuple[int, str]:
     """Send one raw HTTP/1.1 request; returns (status, body).  ``host=None`` sends no Host."""
+    status, _headers, body = await http_exchange(
+        running, target, headers, via=via, host=host, method=method
+    )
+    return status, body
+
+
+async def http_exchange(
+    running: RunningServer,
+    target: str = "/",
+    headers: list[tuple[str, str]] | None = None,
+    *,
+    via: str = "tcp",
+    host: str | None = "default",
+    method: str = "GET",
+) -> tuple[int, dict[str, list[str]], str]:
+    """:func:`raw_http` with the answer's headers too (lower-case names, every value)."""
     if via == "tcp":
         assert running.port is not None
         stream: Any = await anyio.connect_tcp("127.0.0.1", running.port)
@@ -99,14 +115,15 @@ async def raw_http(
                 data += await stream.receive()
             head, _, body = data.partition(b"\r\n\r\n")
             status = int(head.split(b" ", 2)[1])
-            length = 0
+            answer_headers: dict[str, list[str]] = {}
             for line in head.split(b"\r\n")[1:]:
                 name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
+                key = name.strip().lower().decode("latin-1")
+                answer_headers.setdefault(key, []).append(value.strip().decode("latin-1"))
+            length = int(answer_headers.get("content-length", ["0"])[0])
             while len(body) < length:
                 body += await stream.receive()
-    return status, body.decode()
+    return status, answer_headers, body.decode()
 
 
 async def call(ws: ClientConnection, method: str, params: Any = None, request_id: Any = 1) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import anyio.to_thread
 
 from oma_bridge import observe
 from oma_bridge._version import __version__
@@ -68,6 +69,7 @@ from oma_bridge.wire.codes import (
 from oma_bridge.wire.params import (
     AgentIdParams,
     AgentOverrides,
+    AuditParams,
     HookFlags,
     NoParams,
     OpenParams,
@@ -84,6 +86,8 @@ logger = logging.getLogger("oma_bridge.server")
 
 #: The status message of a run a daemon's death cut short (``docs/sessions.md``).
 STOPPED_DURING_RUN = "daemon stopped during the run"
+#: The most records one ``daemon/audit`` answer carries (a larger ``limit`` is cut to it).
+MAX_AUDIT_RECORDS = 1000
 
 
 class _Interrupted(Exception):
@@ -175,6 +179,7 @@ class AgentService:
         registry.add("agent/watch", self.watch)
         registry.add("oma/runAgent", self.run_agent)
         TeamMethods(self).register(registry)  # oma/runTasks, oma/runTeam (teams.py)
+        registry.add("daemon/audit", self.audit_tail)
         return registry
 
     # -- opening -------------------------------------------------------------------
@@ -615,6 +620,11 @@ class AgentService:
         if self.orchestrator.evaluator is not None:
             status["evaluation"] = self.orchestrator.evaluator.stats.to_wire()
         return status
+
+    async def audit_tail(self, session: Session, params: Any) -> dict[str, Any]:
+        """``daemon/audit`` (extension, for the status page): the newest audit records."""
+        limit = min(parse_params(AuditParams, params).limit, MAX_AUDIT_RECORDS)
+        return {"records": await anyio.to_thread.run_sync(self.audit.tail, limit)}
 
     # -- idle agents and shutdown ----------------------------------------------------
 
