@@ -32,7 +32,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
@@ -42,13 +42,15 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from oma_bridge._version import __version__
-from oma_bridge.backends import PermissionHandler, PermissionOption, PermissionRequest
 from oma_bridge.callbacks import invoke
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir
 from oma_bridge.results import AgentRunResult, StreamEvent
 from oma_bridge.rpc import ConnectionClosedError, Peer, unwrap_single_error
 from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
+
+if TYPE_CHECKING:  # the backends package (and the messages it brings) is not for clients
+    from oma_bridge.backends import PermissionHandler
 
 __all__ = [
     "Client",
@@ -481,6 +483,8 @@ class Client:
     async def _answer_permission(self, params: Mapping[str, Any]) -> Any:
         if self.permission_handler is None:
             return {"outcome": {"outcome": "cancelled"}}
+        from oma_bridge.backends import PermissionOption, PermissionRequest
+
         request = PermissionRequest(
             agent_name=str(params.get("agentId", "")),
             run_id=str(params.get("runId", "")),
