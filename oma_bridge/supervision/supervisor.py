@@ -109,6 +109,18 @@ SERVICE_VARIABLES: frozenset[str] = frozenset(
 )
 
 
+_TAG_KEY = TAG_VARIABLE.encode()
+
+
+class _Inherited(NamedTuple):
+    """The environment every child inherits, and what it was built from."""
+
+    raw: dict[object, object]
+    hidden: frozenset[str]
+    text: dict[str, str]
+    encoded: dict[bytes, bytes]
+
+
 class LiveProcess(NamedTuple):
     """One live process of a supervised tree, as :meth:`Supervisor.processes` lists it."""
 
@@ -227,8 +239,9 @@ class Supervisor:
         self._watchdog = _Watchdog(self.owner, state_dir)
         self._runs = itertools.count(1)
         self._live: dict[int, SupervisedProcess] = {}
-        #: (what os.environ held, the hidden set, the environment built from them).
-        self._inherited: tuple[dict[object, object], frozenset[str], dict[str, str]] | None = None
+        #: What os.environ held, the hidden set, and the environment built from
+        #: them, as text and as the bytes a spawn hands to the fork.
+        self._inherited: _Inherited | None = None
 
     @property
     def watchdog_pid(self) -> int | None:
@@ -258,12 +271,26 @@ class Supervisor:
 
         A new dict on every call (the caller adds the run's tag to it).
         """
-        env = self._inherited_environment().copy()
+        env = self._inherited_environment().text.copy()
         if overlay:
             env.update(overlay)
         return env
 
-    def _inherited_environment(self) -> dict[str, str]:
+    def _spawn_environment(self, overlay: Mapping[str, str] | None, tag: str) -> dict[bytes, bytes]:
+        """:meth:`child_environment` with the tag, encoded: what ``Popen`` would encode.
+
+        ``Popen`` encodes every variable of a ``str`` environment on each
+        spawn (~25 µs for some 40 variables); the inherited part is encoded
+        once with the cache, so only the overlay and the tag are per spawn.
+        """
+        env = self._inherited_environment().encoded.copy()
+        if overlay:
+            for key, value in overlay.items():
+                env[os.fsencode(key)] = os.fsencode(value)
+        env[_TAG_KEY] = tag.encode()
+        return env
+
+    def _inherited_environment(self) -> _Inherited:
         """``os.environ`` minus the hidden variables, built again only when either changed.
 
         Decoding ``os.environ`` costs most of a spawn's own work (~16 µs for
@@ -275,12 +302,14 @@ class Supervisor:
         raw = getattr(os.environ, "_data", None)
         hidden = self.hidden_variables
         cached = self._inherited
-        if cached is not None and cached[1] is hidden and raw == cached[0]:
-            return cached[2]
-        env = {key: value for key, value in os.environ.items() if key not in hidden}
+        if cached is not None and cached.hidden is hidden and raw == cached.raw:
+            return cached
+        text = {key: value for key, value in os.environ.items() if key not in hidden}
+        encoded = {os.fsencode(key): os.fsencode(value) for key, value in text.items()}
+        built = _Inherited(dict(raw) if isinstance(raw, dict) else {}, hidden, text, encoded)
         if isinstance(raw, dict):
-            self._inherited = (dict(raw), hidden, env)
-        return env
+            self._inherited = built
+        return built
 
     async def spawn(
         self,
@@ -309,8 +338,7 @@ class Supervisor:
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         tag = f"{self.owner}.{next(self._runs)}"
-        child_env = self.child_environment(env)
-        child_env[TAG_VARIABLE] = tag
+        child_env = self._spawn_environment(env, tag)
         protocol = ChildProtocol(StderrTail(stderr_tail_bytes))
         loop = asyncio.get_running_loop()
         with anyio.CancelScope(shield=True):
