@@ -14,7 +14,10 @@ contender alike:
 
 Reported: per-run milliseconds (median and best round) and their ratios to
 the baseline's (target for oma-bridge: <= 1.15x).  On a shared machine the
-best round is the steadier figure: a neighbour's burst only ever slows.
+best round is the steadier figure: a neighbour's burst only ever slows.  The
+last column is the CPU time this process spends per run (median round:
+``time.process_time``, the child's own time excluded), which a loaded
+machine moves far less than the wall time: what the library itself costs.
 
 Run: ``.venv/bin/python bench/bench_process.py [--runs 500] [--rounds 20]``
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import statistics
@@ -69,6 +73,7 @@ async def main(runs: int, rounds: int) -> None:
         contenders.append(("info: baseline through setpriv --pdeathsig", lambda: bare(wrapped)))
     per_round = max(1, runs // rounds)
     samples: list[list[float]] = [[] for _ in contenders]
+    cpu: list[list[float]] = [[] for _ in contenders]
     for _, fn in contenders:
         for _ in range(20):
             await fn()  # warm-up: imports, the watchdog, the first allocations
@@ -80,19 +85,31 @@ async def main(runs: int, rounds: int) -> None:
         shuffle(order)
         for index in order:
             fn = contenders[index][1]
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             for _ in range(per_round):
                 await fn()
             samples[index].append((time.perf_counter() - start) / per_round)
+            cpu[index].append((time.process_time() - cpu_start) / per_round)
     base_median, base_best = statistics.median(samples[0]), min(samples[0])
     rows = []
-    for (name, _), out in zip(contenders, samples, strict=True):
+    for (name, _), out, spent in zip(contenders, samples, cpu, strict=True):
         median, best = statistics.median(out), min(out)
         ratios = [f"{median / base_median:.2f}x", f"{best / base_best:.2f}x"]
-        rows.append([name, f"{median * 1e3:.3f}", f"{best * 1e3:.3f}", *ratios])
-    print(f"{machine()}; {per_round * rounds} runs each of cat with a 1 KB prompt")
+        cpu_ms = f"{statistics.median(spent) * 1e3:.3f}"
+        rows.append([name, f"{median * 1e3:.3f}", f"{best * 1e3:.3f}", *ratios, cpu_ms])
+    print(
+        f"{machine()}; {per_round * rounds} runs each of cat with a 1 KB prompt; "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
     print()
-    headers = ["contender", "median ms/run", "best ms/run", "ratio (median)", "ratio (best)"]
+    headers = [
+        "contender",
+        "median ms/run",
+        "best ms/run",
+        "ratio (median)",
+        "ratio (best)",
+        "CPU ms/run (ours)",
+    ]
     print_table(headers, rows)
 
 

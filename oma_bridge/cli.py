@@ -12,18 +12,16 @@ fails included).  No output ever carries the token, but for the one link
 from __future__ import annotations
 
 import argparse
-import base64
-import mimetypes
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from oma_bridge._version import __version__
-from oma_bridge.wire.codes import FORBIDDEN, INVALID_PARAMS, NOT_FOUND
 
+# Each command imports what it uses, in its own function: `oma-bridge acp`
+# (stdlib and websockets only) and the client commands start without anyio,
+# the wire codes or the daemon (bench/bench_cli.py).
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
@@ -149,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from oma_bridge.shim import main as shim
 
         return shim(args)
+    import anyio
+
     from oma_bridge.client import ConnectOptionError, DaemonError, DaemonNotRunningError
+    from oma_bridge.wire.codes import FORBIDDEN, INVALID_PARAMS, NOT_FOUND
 
     try:
         return anyio.run(_CLIENT_COMMANDS[args.command], args)
@@ -161,13 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NO_DAEMON
     except DaemonError as error:
         print(f"oma-bridge: {error.message}", file=sys.stderr)
-        return EXIT_INVALID if error.rpc_code in _BAD_REQUEST_CODES else EXIT_FAILED
+        # Not found, forbidden, invalid params: the user asked for something wrong.
+        bad_request = error.rpc_code in (NOT_FOUND, FORBIDDEN, INVALID_PARAMS)
+        return EXIT_INVALID if bad_request else EXIT_FAILED
     except KeyboardInterrupt:
         return 130
-
-
-#: Not found, forbidden, invalid params: the user asked for something wrong.
-_BAD_REQUEST_CODES = frozenset({NOT_FOUND, FORBIDDEN, INVALID_PARAMS})
 
 
 def _parse_run(
@@ -191,6 +190,8 @@ def _parse_run(
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import anyio
+
     from oma_bridge.logs import configure_logging
     from oma_bridge.server.config import ConfigError, TcpEndpoint, load_config
     from oma_bridge.server.daemon import run_daemon
@@ -378,6 +379,8 @@ async def _detach(client: Any, agent_id: str, run_input: Any) -> str:
     """Start a run that goes on after this connection closes; return once the daemon has it."""
     import uuid
 
+    import anyio
+
     run_id = uuid.uuid4().hex
     params = {"agentId": agent_id, "input": run_input, "runId": run_id, "onDisconnect": "continue"}
     await client.peer.start_request("agent/run", params)
@@ -491,6 +494,7 @@ def _open_browser(link: str, folder: Path) -> None:
 
 
 async def _audit(args: argparse.Namespace) -> int:
+    import anyio
     import orjson
 
     from oma_bridge.paths import default_state_dir
@@ -552,6 +556,9 @@ def _run_input(prompt: str, images: Sequence[Path]) -> Any:
     """A string, or one user message with the prompt and the images (structured input)."""
     if not images:
         return prompt
+    import base64
+    import mimetypes
+
     content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
     for path in images:
         media_type, _ = mimetypes.guess_type(path.name)
@@ -683,6 +690,7 @@ def _check(path: Path, key: str, value: Any, kind: str) -> Any:
 async def _team(args: argparse.Namespace) -> int:
     from oma_bridge.client import DaemonError, connect
     from oma_bridge.errors import InvalidMessageError
+    from oma_bridge.wire.codes import INVALID_PARAMS
 
     try:
         method, params = read_team_file(args.file)

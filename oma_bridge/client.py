@@ -44,7 +44,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import anyio
 import orjson
@@ -54,14 +54,16 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from oma_bridge._version import __version__
-from oma_bridge.backends import PermissionHandler, PermissionOption, PermissionRequest
 from oma_bridge.callbacks import invoke
 from oma_bridge.errors import InvalidMessageError, WireError
-from oma_bridge.orchestration.tasks import TaskSpec
 from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir
 from oma_bridge.results import AgentRunResult, StreamEvent, TokenUsage
 from oma_bridge.rpc import ConnectionClosedError, Peer, PendingCall, unwrap_single_error
 from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
+
+if TYPE_CHECKING:  # the backends package (and the messages it brings) is not for clients
+    from oma_bridge.backends import PermissionHandler
+    from oma_bridge.orchestration.tasks import TaskSpec
 
 __all__ = [
     "Client",
@@ -299,7 +301,7 @@ def _run_id() -> str:
 OnDisconnect: TypeAlias = Literal["cancel", "continue"]
 #: A task of ``run_tasks``: a :class:`~oma_bridge.TaskSpec` or its wire mapping
 #: (``{"id"?, "title", "description", "assignee": <profile>, "dependsOn"?, "maxRetries"?}``).
-TaskLike: TypeAlias = TaskSpec | Mapping[str, Any]
+TaskLike: TypeAlias = "TaskSpec | Mapping[str, Any]"
 
 
 @dataclass(frozen=True)
@@ -743,6 +745,8 @@ class Client:
     async def _answer_permission(self, params: Mapping[str, Any]) -> Any:
         if self.permission_handler is None:
             return {"outcome": {"outcome": "cancelled"}}
+        from oma_bridge.backends import PermissionOption, PermissionRequest
+
         request = PermissionRequest(
             agent_name=str(params.get("agentId", "")),
             run_id=str(params.get("runId", "")),
@@ -823,7 +827,7 @@ def _tasks_params(
     on_disconnect: OnDisconnect,
 ) -> dict[str, Any]:
     params: dict[str, Any] = {
-        "tasks": [task.to_wire() if isinstance(task, TaskSpec) else dict(task) for task in tasks],
+        "tasks": [dict(task) if isinstance(task, Mapping) else task.to_wire() for task in tasks],
         "runId": run_id or _run_id(),
         "onDisconnect": on_disconnect,
     }

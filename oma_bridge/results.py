@@ -8,11 +8,12 @@ token usage and message blocks).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from oma_bridge.errors import OMAError, is_retryable
-from oma_bridge.messages import LLMMessage
-from oma_bridge.redaction import redact
+
+if TYPE_CHECKING:  # the client reads results without the messages package
+    from oma_bridge.messages import LLMMessage
 
 __all__ = [
     "AgentRunResult",
@@ -40,8 +41,16 @@ STATUS_MESSAGE_LIMIT = 256
 ERROR_MESSAGE_LIMIT = 1024
 
 
+def _redact(text: str) -> str:
+    """:func:`~oma_bridge.redaction.redact`, imported at first use: its patterns
+    compile at import, which a client that only reads results never needs."""
+    from oma_bridge.redaction import redact
+
+    return redact(text)
+
+
 def _cap(text: str, limit: int) -> str:
-    text = redact(text)
+    text = _redact(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -280,7 +289,7 @@ class StreamEvent:
         if isinstance(data, AgentRunResult):
             data = data.to_wire()
         elif isinstance(data, OMAError):
-            data = {"name": data.name, "code": data.code, "message": redact(data.message)}
+            data = {"name": data.name, "code": data.code, "message": _redact(data.message)}
         elif isinstance(data, BaseException):
-            data = {"name": type(data).__name__, "message": redact(str(data))}
+            data = {"name": type(data).__name__, "message": _redact(str(data))}
         return {"type": self.type, "data": data}

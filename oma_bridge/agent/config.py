@@ -11,7 +11,7 @@ from oma_bridge.backends import BackendConfig
 from oma_bridge.backends.acp.config import AcpConfig
 from oma_bridge.backends.llm.config import LLM_KEYS, LlmConfig
 from oma_bridge.backends.process.config import ProcessConfig
-from oma_bridge.messages import LLMMessage, copy_messages, validate_messages
+from oma_bridge.messages import LLMMessage, checked_copy, copy_messages
 
 __all__ = ["AfterRunHook", "AgentConfig", "BackendConfigs", "BeforeRunHook"]
 
@@ -83,8 +83,7 @@ class AgentConfig(BaseModel):
     def _guard_history(cls, value: Any) -> tuple[Any, ...]:
         if value is None:
             return ()
-        validate_messages(value)
-        return tuple(copy_messages(value))
+        return tuple(checked_copy(value))
 
     @property
     def kind(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from oma_bridge.agent.input import boundary_messages_error
 from oma_bridge.callbacks import invoke
 from oma_bridge.errors import InvalidMessageError
-from oma_bridge.messages import LLMMessage, copy_messages, last_user_text, validate_messages
+from oma_bridge.messages import LLMMessage, checked_copy, copy_messages, last_user_text
 from oma_bridge.results import AgentRunResult, ErrorInfo, RunStatus
 
 __all__ = [
@@ -78,8 +78,7 @@ async def apply_before_run(
         raise InvalidMessageError("beforeRun.prompt must be a string")
     result = messages
     if returned is not None:  # rule 4
-        validate_messages(returned)
-        result = copy_messages(returned)
+        result = checked_copy(returned)
     if prompt != original_prompt:  # rule 5
         result = rewrite_last_user_prompt(result, prompt)
     return result

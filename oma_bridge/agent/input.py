@@ -13,7 +13,7 @@ from oma_bridge.backends import BackendKind, text_only
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.messages import (
     LLMMessage,
-    copy_messages,
+    checked_copy,
     text_message,
     validate_content_blocks,
     validate_messages,
@@ -59,21 +59,22 @@ def prepare_run_input(run_input: object, config: AgentConfig) -> list[LLMMessage
     """
     if isinstance(run_input, str):
         return [text_message(run_input)]
-    validate_messages(run_input)
     kind = text_only_kind(config)
     if kind is not None:
+        validate_messages(run_input)  # a guard error comes before the boundary's
         raise boundary_structured_error(kind)
-    return copy_messages(run_input)  # type: ignore[arg-type]  # the guard proved the shape
+    return checked_copy(run_input)
 
 
 def prepare_prompt_input(prompt_input: object, config: AgentConfig) -> LLMMessage:
     """The same for ``prompt`` input: one user message."""
     if isinstance(prompt_input, str):
         return text_message(prompt_input)
-    validate_content_blocks(prompt_input)
     kind = text_only_kind(config)
     if kind is not None:
+        validate_content_blocks(prompt_input)  # a guard error comes before the boundary's
         raise boundary_structured_error(kind)
-    # Copied inside its message, so that a refusal names messages[0].content[j]...
+    # Guarded and copied inside its message, as validate_content_blocks does, so
+    # that a refusal names messages[0].content[j]...
     turn: LLMMessage = {"role": "user", "content": prompt_input}  # type: ignore[typeddict-item]
-    return copy_messages([turn])[0]  # type: ignore[no-any-return]
+    return checked_copy([turn])[0]  # type: ignore[no-any-return]

@@ -4,9 +4,11 @@
   inputs of ``run`` and ``prompt``;
 * :mod:`~oma_bridge.messages.guard`: :func:`validate_messages`,
   :func:`validate_content_blocks`;
-* :mod:`~oma_bridge.messages.copy`: :func:`copy_messages`.
+* :mod:`~oma_bridge.messages.copy`: :func:`copy_messages`;
+* :mod:`~oma_bridge.messages.checked`: :func:`checked_copy`, the two in one walk.
 """
 
+from oma_bridge.messages.checked import checked_copy
 from oma_bridge.messages.copy import MAX_CONTAINERS, MAX_NESTING_DEPTH, copy_messages
 from oma_bridge.messages.guard import (
     is_canonical_base64,
@@ -51,6 +53,7 @@ __all__ = [
     "ToolResultTextPart",
     "ToolUseBlock",
     "UrlSource",
+    "checked_copy",
     "copy_messages",
     "is_canonical_base64",
     "last_user_text",

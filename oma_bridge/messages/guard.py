@@ -106,29 +106,47 @@ def is_canonical_base64(data: str) -> bool:
 
 #: Large payloads found canonical, remembered so that the same image is not
 #: scanned again on every turn (a history is guarded at each run, and again at
-#: each provider call of a tool loop).  Keyed by the string itself: a lookup
-#: costs one hash (cached by CPython in the string) and, for the very object
-#: seen before, an identity check.  Bounded by total size, oldest out first.
+#: each provider call of a tool loop, and the copies of a history share its
+#: strings).  Remembered by identity: a lookup is one ``id`` and one ``is``,
+#: and a first sight costs no hash of the payload (SipHash over a megabyte
+#: costs about 60% of the scan itself).  The memo holds each string it names,
+#: so an id cannot be reused while it is remembered.  An equal but distinct
+#: string (the same image decoded again from a new frame) is scanned again.
+#: Bounded by total size, oldest out first.
 _REMEMBER_FROM = 64 * 1024
 _REMEMBER_AT_MOST = 16 * 1024 * 1024
-_remembered: dict[str, None] = {}
 _remembered_size = 0
+
+
+class _Remembered:
+    """The validated payloads, by identity: ``data in _remembered`` asks about that very string."""
+
+    __slots__ = ("by_id",)
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, str] = {}
+
+    def __contains__(self, data: object) -> bool:
+        return self.by_id.get(id(data)) is data
+
+
+_remembered = _Remembered()
 
 
 def _canonical_base64_remembered(data: str) -> bool:
     global _remembered_size
     if len(data) < _REMEMBER_FROM:
         return is_canonical_base64(data)
-    if data in _remembered:
+    by_id = _remembered.by_id
+    if by_id.get(id(data)) is data:
         return True
     if not is_canonical_base64(data):
         return False
     if len(data) <= _REMEMBER_AT_MOST:
-        _remembered[data] = None
+        by_id[id(data)] = data
         _remembered_size += len(data)
         while _remembered_size > _REMEMBER_AT_MOST:
-            oldest = next(iter(_remembered))
-            del _remembered[oldest]
+            oldest = by_id.pop(next(iter(by_id)))
             _remembered_size -= len(oldest)
     return True
 

@@ -17,6 +17,9 @@ from oma_bridge.supervision.supervisor import SupervisedProcess, Supervisor, def
 
 __all__ = ["ProcessBackend", "build_prompt"]
 
+#: Looked up once: a codec lookup per run costs more than the decoder itself.
+_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
+
 
 def build_prompt(system_prompt: str | None, messages: list[LLMMessage]) -> str:
     """The prompt text: trimmed system prompt and last user text, blank-line joined.
@@ -48,9 +51,10 @@ class ProcessBackend:
         argv = [config.command, *config.args]
         if config.input == "argument":
             argv.append(prompt)
+        if config.timeout_s is None:  # no timer: no cancel scope to enter and leave
+            return await self._run(ctx, label, argv, prompt)
         with anyio.move_on_after(config.timeout_s):
             return await self._run(ctx, label, argv, prompt)
-        assert config.timeout_s is not None
         raise RunTimeoutError.for_agent(label, round(config.timeout_s * 1000))
 
     async def aclose(self) -> None:
@@ -95,7 +99,7 @@ class ProcessBackend:
     ) -> str:
         """Deliver the prompt and stream stdout until its end; the whole of stdout."""
         cap = self.config.max_output_bytes
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        decoder = _Utf8Decoder("replace")
         parts: list[str] = []
         received = 0
         if process.stdin is not None:
