@@ -22,7 +22,7 @@ import contextlib
 import math
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,13 +174,18 @@ class RemoteAgent:
     async def cancel(self, run_id: str) -> bool:
         return await self.client.cancel(run_id)
 
-    def watch(self, *, after_seq: int | None = None) -> AsyncIterator[JournalEntry]:
+    def watch(
+        self, *, after_seq: int | None = None, retry_s: float = 0.2
+    ) -> AsyncIterator[JournalEntry]:
         """The agent's journal entries after ``after_seq`` (default: from now), then live ones.
 
-        It reconnects by itself when the connection drops and resumes after
-        the last ``seq`` it yielded, so a dropped connection costs no entry.
+        It reconnects by itself when the connection drops (after ``retry_s``)
+        and resumes after the last ``seq`` it yielded, so a dropped connection
+        costs no entry.  Close it when done (``contextlib.aclosing``, or
+        ``break`` inside ``async with aclosing(agent.watch()) as entries``):
+        it holds a connection of its own.
         """
-        return self.client.watch(self.agent_id, after_seq=after_seq)
+        return self.client.watch(self.agent_id, after_seq=after_seq, retry_s=retry_s)
 
 
 @dataclass(frozen=True)
@@ -387,8 +392,12 @@ class Client:
         while True:
             try:
                 with unwrap_single_error():
-                    async with connect(**self.connect_options) as watcher:
-                        async for item in watcher._watch_here(agent_id, cursor):
+                    async with (
+                        connect(**self.connect_options) as watcher,
+                        # Closed here, in this task: it holds a task group.
+                        contextlib.aclosing(watcher._watch_here(agent_id, cursor)) as items,
+                    ):
+                        async for item in items:
                             cursor = item.seq
                             yield item
             except (DaemonNotRunningError, ConnectionClosedError, ConnectionClosed, OSError):
@@ -396,7 +405,7 @@ class Client:
 
     async def _watch_here(
         self, agent_id: str, after_seq: int | None
-    ) -> AsyncIterator[JournalEntry]:
+    ) -> AsyncGenerator[JournalEntry, None]:
         send, receive = anyio.create_memory_object_stream[JournalEntry](math.inf)
         self._watches[agent_id] = send
         params: dict[str, Any] = {"agentId": agent_id}
