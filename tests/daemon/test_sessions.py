@@ -8,14 +8,19 @@ client is what is under test.
 
 from __future__ import annotations
 
+import logging
 import random
 import socket
+import sys
+from collections.abc import Iterator
 from contextlib import aclosing
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
+import psutil
 import pytest
 from support.wire import Wire, wire_client
 
@@ -24,6 +29,40 @@ from oma_bridge.client import JournalEntry, RemoteAgent, connect
 from .conftest import daemon
 
 pytestmark = pytest.mark.anyio
+
+AGENTS_DIR = Path(__file__).resolve().parent.parent / "agents"
+SESSION_AGENTS = f"""
+[agents.echo]
+kind = "llm"
+provider = "echo"
+model = "echo-1"
+
+[agents.asker]
+kind = "acp"
+command = "{sys.executable}"
+args = ["{AGENTS_DIR / "acp_scenario_agent.py"}"]
+env = {{ PYTHONUNBUFFERED = "1" }}
+permission = "client"
+
+[agents.slow_done]
+kind = "process"
+command = "{sys.executable}"
+args = ["-c", "import time; print('started', flush=True); time.sleep(1.0); print('done')"]
+input = "none"
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """No test here may leave an error (a traceback) in the daemon's log."""
+    yield
+    errors = [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno >= logging.ERROR and record.name.startswith("oma_bridge")
+    ]
+    assert not errors, errors
+
 
 WORDS = 20_000
 BIG_JOURNAL = "journal_max_events = 50000"
@@ -219,3 +258,213 @@ async def test_remote_agent_watch_reconnects_through_50_drops_and_loses_nothing(
                 everything = entries(reference)
     assert [(item.seq, item.entry) for item in collected] == everything
     assert "".join(item.text or "" for item in collected) == text
+
+
+# ---------------------------------------------------------------------------
+# permission requests routed to watchers (§13.3, §12.7), and the audit log (§14)
+
+
+def audit_records(folder: Path) -> list[dict[str, Any]]:
+    """The in-process daemon's audit log (``run_daemon(state_dir=folder / "state")``)."""
+    path = folder / "state" / "audit.jsonl"
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+def connection_id(running: Any, name: str) -> str:
+    (session,) = [
+        s
+        for s in running.gateway.sessions
+        if s.init is not None and s.init.clientInfo.name == name and not s.closed
+    ]
+    return str(session.id)
+
+
+async def test_two_watchers_asked_first_answer_wins_the_other_is_withdrawn(
+    short_dir: Path,
+) -> None:
+    socket_path = short_dir / "bridge.sock"
+    with anyio.fail_after(30):
+        async with (
+            daemon(short_dir, agents=SESSION_AGENTS) as running,
+            # The run's own connection did not declare permissions.
+            wire_client(socket_path, name="runner") as runner,
+            wire_client(socket_path, name="alice", permissions=True) as alice,
+            wire_client(socket_path, name="bob", permissions=True) as bob,
+        ):
+            agent_id = (await runner.result("agent/open", {"profile": "asker"}))["agentId"]
+            for watcher in (alice, bob):
+                await watcher.result("agent/watch", {"agentId": agent_id})
+            async with anyio.create_task_group() as tg:
+                outcome: list[Any] = []
+
+                async def run() -> None:
+                    params = {"agentId": agent_id, "input": "tools", "runId": "r-ask"}
+                    outcome.append(await runner.result("agent/prompt", params, within=25))
+
+                tg.start_soon(run)
+                await alice.wait_for(lambda w: bool(w.asks), within=25)
+                await bob.wait_for(lambda w: bool(w.asks))
+                (to_alice,), (to_bob,) = alice.asks, bob.asks
+                assert to_alice["method"] == to_bob["method"] == "permission/request"
+                params = to_alice["params"]
+                assert params["agentId"] == agent_id and params["runId"] == "r-ask"
+                assert params["toolCall"]["toolCallId"] == "t1"
+                assert [o["optionId"] for o in params["options"]] == ["aa", "ao", "ro", "ra"]
+                await alice.answer(to_alice, {"outcome": {"outcome": "selected", "optionId": "ao"}})
+                cancel = {"method": "$/cancel_request", "params": {"id": to_bob["id"]}}
+                await bob.wait_for(lambda w: any(_matches(n, cancel) for n in w.notes))
+                # Bob's late answer is ignored.
+                await bob.answer(to_bob, {"outcome": {"outcome": "selected", "optionId": "ra"}})
+            (result,) = outcome
+            assert result["success"], result
+            assert result["output"] == "permission:ao"
+            assert not any(n["method"] == "$/cancel_request" for n in alice.notes)
+            alice_connection = connection_id(running, "alice")
+    (record,) = [r for r in audit_records(short_dir) if r["event"] == "permission"]
+    assert record["agentId"] == agent_id and record["runId"] == "r-ask"
+    assert record["toolCall"] == {"toolCallId": "t1", "title": "Edit file", "kind": "edit"}
+    assert record["options"] == ["aa", "ao", "ro", "ra"]
+    assert record["outcome"] == {"outcome": "selected", "optionId": "ao"}
+    assert record["decidedBy"] == {
+        "client": {"name": "alice", "version": "1.0"},
+        "connection": alice_connection,
+    }
+    assert record["ts"].endswith("Z")
+
+
+def _matches(note: dict[str, Any], expected: dict[str, Any]) -> bool:
+    return note.get("method") == expected["method"] and note.get("params") == expected["params"]
+
+
+async def test_the_runs_own_connection_leaves_and_a_watcher_decides(short_dir: Path) -> None:
+    socket_path = short_dir / "bridge.sock"
+    with anyio.fail_after(30):
+        async with (
+            daemon(short_dir, agents=SESSION_AGENTS) as running,
+            wire_client(socket_path, name="carol", permissions=True) as carol,
+        ):
+            async with wire_client(socket_path, name="runner", permissions=True) as runner:
+                agent_id = (await runner.result("agent/open", {"profile": "asker"}))["agentId"]
+                await carol.result("agent/watch", {"agentId": agent_id})
+                params = {
+                    "agentId": agent_id,
+                    "input": "tools",
+                    "runId": "r-left",
+                    "onDisconnect": "continue",
+                }
+                await runner.send({"id": "run", "method": "agent/prompt", "params": params})
+                # The run's own connection is asked first; it leaves without answering.
+                await runner.wait_for(lambda w: bool(w.asks), within=25)
+                runner.abort()
+            await carol.wait_for(lambda w: bool(w.asks), within=10)
+            (ask,) = carol.asks
+            await carol.answer(ask, {"outcome": {"outcome": "selected", "optionId": "ro"}})
+            await carol.wait_for(ended("r-left"))
+            result = carol.events("agent/event")[-1]["entry"]["result"]
+            assert result["output"] == "permission:ro"
+            carol_connection = connection_id(running, "carol")
+    (record,) = [r for r in audit_records(short_dir) if r["event"] == "permission"]
+    assert record["decidedBy"]["client"]["name"] == "carol"
+    assert record["decidedBy"]["connection"] == carol_connection
+
+
+async def test_nobody_to_ask_is_the_least_privilege_reject_by_no_client(short_dir: Path) -> None:
+    with anyio.fail_after(30):
+        async with (
+            daemon(short_dir, agents=SESSION_AGENTS),
+            wire_client(short_dir / "bridge.sock", name="runner") as runner,
+        ):
+            agent_id = (await runner.result("agent/open", {"profile": "asker"}))["agentId"]
+            params = {"agentId": agent_id, "input": "tools", "runId": "r-none"}
+            result = await runner.result("agent/prompt", params, within=25)
+    assert result["output"] == "permission:ro"  # reject_once, before reject_always
+    (record,) = [r for r in audit_records(short_dir) if r["event"] == "permission"]
+    assert record["decidedBy"] == "no-client"
+    assert record["outcome"] == {"outcome": "selected", "optionId": "ro"}
+    assert record["runId"] == "r-none"
+
+
+# ---------------------------------------------------------------------------
+# onDisconnect: "continue", run/result and the cursor errors
+
+
+async def test_a_continued_process_run_finishes_after_its_client_left(short_dir: Path) -> None:
+    socket_path = short_dir / "bridge.sock"
+    with anyio.fail_after(30):
+        async with (
+            daemon(short_dir, agents=SESSION_AGENTS),
+            wire_client(socket_path, name="observer") as observer,
+        ):
+            async with wire_client(socket_path, name="leaver") as leaver:
+                agent_id = (await leaver.result("agent/open", {"profile": "slow_done"}))["agentId"]
+                await observer.result("agent/watch", {"agentId": agent_id})
+                params = {"agentId": agent_id, "input": "go", "runId": "r-bg"}
+                await leaver.send(
+                    {
+                        "id": "run",
+                        "method": "agent/stream",
+                        "params": {**params, "onDisconnect": "continue"},
+                    }
+                )
+                # Leave once the process has said it started.
+                await leaver.wait_for(lambda w: bool(w.events("run/event")))
+                status = await observer.result("daemon/status")
+                (child,) = [p for p in status["processes"] if p["runId"] == "r-bg"]
+                process = psutil.Process(child["pid"])
+                leaver.abort()
+            running = await observer.error("run/result", {"runId": "r-bg"})
+            assert running["code"] == -32014
+            assert running["data"] == {"running": True}
+            await observer.wait_for(ended("r-bg"), within=15)
+            result = await observer.result("run/result", {"runId": "r-bg"})
+            assert result["success"], result
+            assert result["output"] == "started\ndone\n"
+            # It ended by itself (exit 0), not by a kill: psutil saw it exit.
+            assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+            unknown = await observer.error("run/result", {"runId": "never-was"})
+            assert unknown["code"] == -32011 and unknown["data"] == {"name": "NotFound"}
+
+
+async def test_a_continued_stream_outlives_its_client_and_its_text_is_whole(
+    short_dir: Path,
+) -> None:
+    text = words(5_000)
+    socket_path = short_dir / "bridge.sock"
+    with anyio.fail_after(30):
+        async with daemon(short_dir, server=BIG_JOURNAL), wire_client(socket_path) as observer:
+            async with wire_client(socket_path) as leaver:
+                agent_id = (await leaver.result("agent/open", {"profile": "echo"}))["agentId"]
+                params = {"agentId": agent_id, "input": text, "onDisconnect": "continue"}
+                await leaver.send({"id": "s", "method": "agent/stream", "params": params})
+                await leaver.wait_for(lambda w: len(w.notes) >= 100)
+                leaver.abort()  # mid-stream, in the middle of the daemon's sends
+            await observer.result("agent/watch", {"agentId": agent_id, "afterSeq": 0})
+            await observer.wait_for(ended(), within=25)
+            result = entries(observer)[-1][1]["result"]
+            assert result["success"] and result["output"] == text
+
+
+async def test_cursor_errors(short_dir: Path) -> None:
+    with anyio.fail_after(20):
+        async with (
+            daemon(short_dir, server="journal_max_events = 5"),
+            wire_client(short_dir / "bridge.sock") as client,
+        ):
+            agent_id = (await client.result("agent/open", {"profile": "echo"}))["agentId"]
+            fresh = await client.result("agent/watch", {"agentId": agent_id, "afterSeq": 0})
+            assert fresh == {"seq": 0}
+            await client.result("agent/unwatch", {"agentId": agent_id})
+            for k in range(3):  # 3 entries each: run_start, one text event, run_end
+                await client.result("agent/run", {"agentId": agent_id, "input": f"r{k}"})
+            # 9 entries written, the newest 5 kept: seqs 5..9.
+            expired = await client.error("agent/watch", {"agentId": agent_id, "afterSeq": 3})
+            assert expired["code"] == -32013
+            assert expired["data"] == {"name": "CursorExpired", "oldestSeq": 5}
+            # afterSeq = oldestSeq - 1 is still whole.
+            caught_up = await client.result("agent/watch", {"agentId": agent_id, "afterSeq": 4})
+            assert caught_up == {"seq": 9}
+            assert [note["params"]["seq"] for note in client.notes] == [5, 6, 7, 8, 9]
+            beyond = await client.error("agent/watch", {"agentId": agent_id, "afterSeq": 10})
+            assert beyond["code"] == -32602
+            unknown = await client.error("agent/watch", {"agentId": "agt_nope"})
+            assert unknown["code"] == -32011

@@ -366,6 +366,9 @@ class AgentService:
         async def in_background() -> None:
             try:
                 outcome.append(await self.runs.serve(run, hosted, execute))
+            except Exception:
+                # In the daemon's task group, a raise would stop the daemon.
+                logger.exception("run %s failed", run.run_id)
             finally:
                 finished.set()
 
