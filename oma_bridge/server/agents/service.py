@@ -460,9 +460,11 @@ class AgentService:
         run_id = parse_params(RunIdParams, params).runId
         if run_id in self.runs.live:
             raise WireError(RUN_IN_PROGRESS, f'Run in progress: "{run_id}"', {"running": True})
-        for hosted in self.agents.values():
-            for entry in reversed(hosted.journal.entries()):
-                data = entry.data
+        journals = [[e.data for e in hosted.journal.entries()] for hosted in self.agents.values()]
+        # A session read back at start answers too, before anyone resumes it.
+        journals += [[data for _seq, data in s.entries] for s in self.restorable.values()]
+        for journal in journals:
+            for data in reversed(journal):
                 if data["type"] == "run_end" and data["runId"] == run_id:
                     return data["result"]  # type: ignore[no-any-return]
         finished = self.runs.finished.get(run_id)
