@@ -468,3 +468,27 @@ async def test_cursor_errors(short_dir: Path) -> None:
             assert beyond["code"] == -32602
             unknown = await client.error("agent/watch", {"agentId": "agt_nope"})
             assert unknown["code"] == -32011
+
+
+# ---------------------------------------------------------------------------
+# session files
+
+
+async def test_session_files_are_private_and_removed_on_close(short_dir: Path) -> None:
+    sessions = short_dir / "state" / "sessions"
+    with anyio.fail_after(20):
+        async with daemon(short_dir), connect(discovery_dir=short_dir) as client:
+            agent = await client.open("echo")
+            await agent.prompt("keep me")
+            path = sessions / f"{agent.agent_id}.jsonl"
+            while not path.exists():  # noqa: ASYNC110 (the writer thread's file)
+                await anyio.sleep(0.01)
+            assert sessions.stat().st_mode & 0o777 == 0o700
+            assert path.stat().st_mode & 0o777 == 0o600
+            assert (await client.status())["sessions"] == 1
+            header = orjson.loads(path.read_bytes().splitlines()[0])
+            assert header["agentId"] == agent.agent_id and header["profile"] == "echo"
+            await agent.close()
+            while path.exists():  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            assert (await client.status())["sessions"] == 0
