@@ -388,7 +388,9 @@ class Client:
         holds raises :class:`DaemonError` (``CursorExpired``, with
         ``oldestSeq`` in its data).
         """
-        cursor = after_seq
+        # The last seq yielded; from the first answer on, never None again: a
+        # reconnect must resume where the first watch began, not from "now".
+        cursor = [after_seq]
         while True:
             try:
                 with unwrap_single_error():
@@ -398,19 +400,20 @@ class Client:
                         contextlib.aclosing(watcher._watch_here(agent_id, cursor)) as items,
                     ):
                         async for item in items:
-                            cursor = item.seq
+                            cursor[0] = item.seq
                             yield item
             except (DaemonNotRunningError, ConnectionClosedError, ConnectionClosed, OSError):
                 await anyio.sleep(retry_s)  # the daemon restarts, or the network came back
 
     async def _watch_here(
-        self, agent_id: str, after_seq: int | None
+        self, agent_id: str, cursor: list[int | None]
     ) -> AsyncGenerator[JournalEntry, None]:
+        """One watch connection's entries; a ``None`` cursor becomes the answer's seq."""
         send, receive = anyio.create_memory_object_stream[JournalEntry](math.inf)
         self._watches[agent_id] = send
         params: dict[str, Any] = {"agentId": agent_id}
-        if after_seq is not None:
-            params["afterSeq"] = after_seq
+        if cursor[0] is not None:
+            params["afterSeq"] = cursor[0]
         try:
             call = await self.peer.start_request("agent/watch", params)
 
@@ -421,9 +424,13 @@ class Client:
             async with anyio.create_task_group() as tg, receive:
                 tg.start_soon(ended)
                 try:
-                    await call.wait()
+                    answer = await call.wait()
+                except ConnectionClosedError:
+                    raise  # dropped before the answer: Client.watch reconnects
                 except WireError as error:
                     _raise_for(error)
+                if cursor[0] is None:
+                    cursor[0] = int(answer["seq"])
                 async for item in receive:
                     yield item
                 tg.cancel_scope.cancel()

@@ -492,3 +492,44 @@ async def test_session_files_are_private_and_removed_on_close(short_dir: Path) -
             while path.exists():  # noqa: ASYNC110
                 await anyio.sleep(0.01)
             assert (await client.status())["sessions"] == 0
+
+
+async def test_a_watch_from_now_that_drops_before_any_entry_misses_nothing(
+    short_dir: Path,
+) -> None:
+    """Without afterSeq the watch starts at the answer's seq, and a reconnect resumes there."""
+    with anyio.fail_after(20):
+        async with (
+            daemon(short_dir) as running,
+            connect(socket=short_dir / "bridge.sock") as client,
+            connect(socket=short_dir / "bridge.sock") as runner,
+        ):
+            agent = await runner.open("echo")
+            await agent.run("before the watch")
+            hosted = service_of(running).agents[agent.agent_id]
+            watched = RemoteAgent(client, agent.agent_id, "echo", None, None)
+            got: list[JournalEntry] = []
+            four = anyio.Event()
+
+            async def consume() -> None:  # the watch lives in this one task
+                async with aclosing(watched.watch(retry_s=0.3)) as items:
+                    async for item in items:
+                        got.append(item)
+                        if len(got) == 4:
+                            four.set()
+                            return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(consume)
+                while not hosted.watchers:  # noqa: ASYNC110 (the daemon's own state)
+                    await anyio.sleep(0.01)
+                (session,) = hosted.watchers
+                session.drop()
+                while hosted.watchers:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+                # A whole run while the watcher is away (it retries in 0.3 s).
+                await agent.run("while away")
+                await four.wait()
+    assert [item.entry["type"] for item in got] == ["run_start", "event", "event", "run_end"]
+    assert "".join(item.text or "" for item in got) == "while away"
+    assert got[0].seq == 6  # after the first run's 5 entries
