@@ -533,3 +533,25 @@ async def test_a_watch_from_now_that_drops_before_any_entry_misses_nothing(
     assert [item.entry["type"] for item in got] == ["run_start", "event", "event", "run_end"]
     assert "".join(item.text or "" for item in got) == "while away"
     assert got[0].seq == 6  # after the first run's 5 entries
+
+
+async def test_an_acp_agents_raw_updates_are_update_entries(short_dir: Path) -> None:
+    with anyio.fail_after(30):
+        async with (
+            daemon(short_dir, agents=SESSION_AGENTS),
+            wire_client(short_dir / "bridge.sock") as client,
+        ):
+            agent_id = (await client.result("agent/open", {"profile": "asker"}))["agentId"]
+            params = {"agentId": agent_id, "input": "thought", "runId": "r-t"}
+            await client.result("agent/stream", params, within=25)
+            await client.result("agent/watch", {"agentId": agent_id, "afterSeq": 0})
+            journal = [entry for _, entry in entries(client)]
+            streamed = [note["event"] for note in client.events("run/event")]
+    kinds = [e["type"] for e in journal]
+    assert kinds == ["run_start", "event", "update", "event", "event", "run_end"]
+    assert journal[4]["event"]["type"] == "done"  # a stream's done event is journaled too
+    plan = journal[2]["update"]
+    assert plan["sessionUpdate"] == "plan" and plan["entries"][0]["content"] == "step one"
+    assert journal[1]["event"] == {"type": "reasoning", "data": "thinking..."}
+    # The run's own stream still carries it as part one's `update` event.
+    assert {"type": "update", "data": plan} in streamed

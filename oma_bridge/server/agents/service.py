@@ -311,7 +311,10 @@ class AgentService:
 
         async def emit(event: StreamEvent) -> None:
             wire = event.to_wire()
-            entry = journal.append({"type": "event", "runId": run_id, "event": wire})
+            if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
+                entry = journal.append({"type": "update", "update": wire["data"]})
+            else:
+                entry = journal.append({"type": "event", "runId": run_id, "event": wire})
             if method == "agent/stream":
                 journal.take(entry)
                 await session.notify(
