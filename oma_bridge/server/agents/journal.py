@@ -73,6 +73,7 @@ class Journal:
         self._bytes = 0
         self.last_seq = 0
         self._changed = anyio.Event()
+        self._waiting = 0
 
     # -- reading ---------------------------------------------------------------
 
@@ -107,7 +108,11 @@ class Journal:
     async def wait_beyond(self, seq: int) -> None:
         """Return once an entry with a ``seq`` above ``seq`` exists."""
         while self.last_seq <= seq:
-            await self._changed.wait()
+            self._waiting += 1
+            try:
+                await self._changed.wait()
+            finally:
+                self._waiting -= 1
 
     # -- writing ---------------------------------------------------------------
 
@@ -159,5 +164,7 @@ class Journal:
             self._bytes -= self._entries.popleft().size
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        # Most appends have nobody waiting (no watcher): no new event for them.
+        if self._waiting:
+            self._changed.set()
+            self._changed = anyio.Event()
