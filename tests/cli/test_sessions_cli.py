@@ -138,3 +138,15 @@ async def test_audit_prints_the_permission_records_of_one_agent(runtime: Path) -
         assert '"toolCallId":"t1"' in row
         everything = await cli(s.env, "audit")
         assert len(everything.stdout.decode().splitlines()) == 3
+
+
+async def test_run_detach_with_input_the_agent_refuses_says_so_at_once(
+    runtime: Path, folder: Path
+) -> None:
+    image = folder / "dot.png"
+    image.write_bytes(bytes.fromhex("89504e470d0a1a0a"))
+    async with setup(runtime) as s:
+        with anyio.fail_after(8):  # not the ten seconds of waiting for a run that never was
+            done = await cli(s.env, "run", "wordcount", "--detach", "--image", str(image), "hi")
+        assert done.returncode == 2, done.stderr
+        assert b"InvalidMessageError" in done.stderr and b"Traceback" not in done.stderr
