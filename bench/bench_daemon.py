@@ -12,14 +12,22 @@
 (d) daemon RSS growth per idle open agent (100 echo agents, and 100 ACP agents,
     which spawn nothing until their first run);
 (e) ``python -m oma_bridge.cli serve --config F`` to ready (the discovery file
-    appears; first successful ``initialize``), against ``python -c pass``.
+    appears; first successful ``initialize``), against ``python -c pass``;
+(f) the journal on the relay: text events per second of an echo ``agent/stream``
+    (one event per word) to a raw websockets client, with a watcher following
+    the agent (``agent/watch``, read by a second connection) and with
+    ``persist_sessions`` on, each against the same stream with neither
+    (``persist_sessions = false``, no watcher), in alternating rounds;
+(g) replaying 10,000 journal entries to a watcher (``agent/watch afterSeq``,
+    until its answer, which follows the replay), against the time the same
+    number of entries took live in (f)'s baseline.
 
 The daemon always runs as a subprocess (``oma-bridge serve``), so its RSS and
 its start-up are its own.  Contenders of a pair alternate round by round, so
 a noisy neighbour hits both alike.  ``--profile DIR`` runs the daemon under
 cProfile and prints where its time went.
 
-Run: ``.venv/bin/python bench/bench_daemon.py [--rounds 9] [--profile /tmp/prof]``
+Run: ``.venv/bin/python bench/bench_daemon.py [--rounds 9] [--only fg] [--profile /tmp/prof]``
 """
 
 from __future__ import annotations
@@ -118,12 +126,15 @@ class Daemon:
 
 
 @asynccontextmanager
-async def daemon(profile_dir: Path | None = None, tag: str = "") -> AsyncIterator[Daemon]:
-    """``oma-bridge serve`` in a subprocess, ready; SIGTERM on exit."""
+async def daemon(
+    profile_dir: Path | None = None, tag: str = "", server: str = ""
+) -> AsyncIterator[Daemon]:
+    """``oma-bridge serve`` in a subprocess, ready; SIGTERM on exit (``server``: [server] keys)."""
     with tempfile.TemporaryDirectory(prefix="omab-bench-", dir="/tmp") as name:
         folder = Path(name)
         config = folder / "config.toml"
-        config.write_text(CONFIG.replace("{folder}", str(folder)))
+        text = CONFIG.replace("{folder}", str(folder))
+        config.write_text(text.replace("[server]\n", f"[server]\n{server}\n", 1))
         command = [PY, "-m", "oma_bridge.cli", "serve", "--config", str(config)]
         if profile_dir is not None:
             out = profile_dir / f"daemon{tag}.prof"
@@ -537,6 +548,157 @@ async def bench_startup(rounds: int) -> list[list[Any]]:
 
 
 # ---------------------------------------------------------------------------
+# (f) the journal on the relay, (g) a replay of 10,000 entries
+
+
+class Raw:
+    """One raw websockets connection speaking the protocol by hand (ids from 1)."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.next_id = 0
+
+    async def request(self, method: str, params: Any) -> tuple[Any, int]:
+        """Send one request; read until its answer; return (result, text events seen)."""
+        self.next_id += 1
+        frame = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        await self.ws.send(orjson.dumps(frame).decode())
+        events = 0
+        while True:
+            message = orjson.loads(await self.ws.recv())
+            if message.get("id") == self.next_id:
+                assert "result" in message, message
+                return message["result"], events
+            events += 1
+
+
+@asynccontextmanager
+async def raw(d: Daemon) -> AsyncIterator[Raw]:
+    async with await unix_connect(d.socket, "ws://localhost/", **WS_OPTIONS) as ws:
+        yield Raw(await initialized(ws))
+
+
+async def bench_journal(rounds: int, words: int, profile_dir: Path | None) -> list[list[Any]]:
+    text = " ".join(f"w{k}" for k in range(words))
+    async with (
+        daemon(profile_dir, "-off", "persist_sessions = false") as off,
+        daemon(profile_dir, "-on", "persist_sessions = true") as on,
+        raw(off) as plain,
+        raw(off) as watched_stream,
+        raw(off) as watcher,
+        raw(on) as persisted,
+    ):
+        agents = {}
+        for name, client in (("plain", plain), ("watched", watched_stream), ("on", persisted)):
+            agents[name] = (await client.request("agent/open", {"profile": "echo"}))[0]["agentId"]
+        await watcher.request("agent/watch", {"agentId": agents["watched"]})
+        ends = anyio.Event()
+        ends_seen = 0
+
+        async def follow() -> None:  # the watcher reads every entry as it comes
+            nonlocal ends, ends_seen
+            async for frame in watcher.ws:
+                if '"run_end"' in frame:  # a text frame: str
+                    ends_seen += 1
+                    ends.set()
+                    ends = anyio.Event()
+
+        cpu: dict[str, list[float]] = {"plain": [], "watched": [], "on": []}
+        processes = {"plain": off, "watched": off, "on": on}
+
+        def daemon_cpu(name: str) -> float:
+            times = psutil.Process(processes[name].process.pid).cpu_times()
+            return float(times.user + times.system)
+
+        def streaming(client: Raw, name: str) -> Callable[[], Awaitable[float]]:
+            async def measure() -> float:
+                before = ends_seen
+                cpu_before = daemon_cpu(name)
+                start = time.perf_counter()
+                result, events = await client.request(
+                    "agent/stream", {"agentId": agents[name], "input": text}
+                )
+                elapsed = time.perf_counter() - start
+                assert result["success"] and events == words + 1, events  # + done
+                while name == "watched" and ends_seen == before:
+                    await ends.wait()  # untimed: the next round starts with the watcher idle
+                cpu[name].append((daemon_cpu(name) - cpu_before) / words)
+                return words / elapsed
+
+            return measure
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            samples = await alternate(
+                [
+                    streaming(plain, "plain"),
+                    streaming(watched_stream, "watched"),
+                    streaming(persisted, "on"),
+                ],
+                rounds,
+            )
+            base, with_watcher, with_persistence = (statistics.median(s) for s in samples)
+            # (g): the plain agent's journal holds its newest 10,000 entries now.
+            latest = (await plain.request("agent/watch", {"agentId": agents["plain"]}))[0]["seq"]
+            await plain.request("agent/unwatch", {"agentId": agents["plain"]})
+            replays = []
+            async with raw(off) as replayer:
+                for _ in range(rounds):
+                    params = {"agentId": agents["plain"], "afterSeq": latest - 10_000}
+                    start = time.perf_counter()
+                    _, sent = await replayer.request("agent/watch", params)
+                    replays.append(time.perf_counter() - start)
+                    assert sent == 10_000, sent
+                    await replayer.request("agent/unwatch", {"agentId": agents["plain"]})
+            tg.cancel_scope.cancel()
+    replay = statistics.median(replays)
+    live = 10_000 / base
+    per_event = {name: statistics.median(values) * 1e6 for name, values in cpu.items()}
+    return [
+        [
+            f"(f) echo agent/stream text events/s ({words:,} a run), a watcher following",
+            f"{with_watcher:,.0f}/s",
+            f"{base:,.0f}/s (no watcher, persist_sessions = false)",
+            with_watcher / base,
+            ">= 0.90x",
+            with_watcher / base >= 0.9,
+        ],
+        [
+            "(f) the same, persist_sessions = true (no watcher)",
+            f"{with_persistence:,.0f}/s",
+            f"{base:,.0f}/s (the same baseline)",
+            with_persistence / base,
+            ">= 0.90x",
+            with_persistence / base >= 0.9,
+        ],
+        [
+            "(f) daemon CPU per event, a watcher following",
+            f"{per_event['watched']:.1f} us",
+            f"{per_event['plain']:.1f} us (no watcher, persist_sessions = false)",
+            per_event["watched"] / per_event["plain"],
+            "(diagnostic)",
+            None,
+        ],
+        [
+            "(f) daemon CPU per event, persist_sessions = true",
+            f"{per_event['on']:.1f} us",
+            f"{per_event['plain']:.1f} us (the same baseline)",
+            per_event["on"] / per_event["plain"],
+            "(diagnostic)",
+            None,
+        ],
+        [
+            "(g) agent/watch replay of 10,000 entries (to its answer)",
+            f"{replay * 1e3:.0f} ms",
+            f"{live * 1e3:.0f} ms (10,000 events live, (f)'s baseline)",
+            replay / live,
+            "(diagnostic)",
+            None,
+        ],
+    ]
+
+
+# ---------------------------------------------------------------------------
 
 
 def print_profile(path: Path, limit: int = 25) -> None:
@@ -546,15 +708,25 @@ def print_profile(path: Path, limit: int = 25) -> None:
     stats.sort_stats("cumulative").print_stats(limit)
 
 
-async def main(rounds: int, chunks: int, agents: int, profile_dir: Path | None) -> None:
+async def main(
+    rounds: int, chunks: int, agents: int, profile_dir: Path | None, only: str, words: int
+) -> None:
     rows: list[list[Any]] = []
-    async with daemon(profile_dir, "-abc") as d:
-        rows += await bench_status(d, rounds)
-        rows += await bench_cat(d, rounds)
-        rows += await bench_acp_stream(d, rounds, chunks)
-    async with daemon() as d:  # a fresh daemon: its RSS is not shaped by the runs above
-        rows += await bench_idle_rss(d, agents)
-    rows += await bench_startup(rounds)
+    if set(only) & set("abc"):
+        async with daemon(profile_dir, "-abc") as d:
+            if "a" in only:
+                rows += await bench_status(d, rounds)
+            if "b" in only:
+                rows += await bench_cat(d, rounds)
+            if "c" in only:
+                rows += await bench_acp_stream(d, rounds, chunks)
+    if "d" in only:
+        async with daemon() as d:  # a fresh daemon: its RSS is not shaped by the runs above
+            rows += await bench_idle_rss(d, agents)
+    if "e" in only:
+        rows += await bench_startup(rounds)
+    if set(only) & set("fg"):
+        rows += await bench_journal(rounds, words, profile_dir)
     print(f"{machine()}; {rounds} alternating rounds per pair; daemon in a subprocess")
     print()
     print_table(
@@ -570,7 +742,9 @@ async def main(rounds: int, chunks: int, agents: int, profile_dir: Path | None) 
         ],
     )
     if profile_dir is not None:
-        print_profile(profile_dir / "daemon-abc.prof")
+        for tag in ("-abc", "-off", "-on"):
+            if (profile_dir / f"daemon{tag}.prof").exists():
+                print_profile(profile_dir / f"daemon{tag}.prof")
 
 
 if __name__ == "__main__":
@@ -578,8 +752,18 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--chunks", type=int, default=20_000)
     parser.add_argument("--agents", type=int, default=100)
+    parser.add_argument("--words", type=int, default=20_000, help="words of an (f) stream")
+    parser.add_argument("--only", default="abcdefg", help="the measurements to run (letters)")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="cProfile the daemon")
     arguments = parser.parse_args()
     if arguments.profile is not None:
         arguments.profile.mkdir(parents=True, exist_ok=True)
-    anyio.run(main, arguments.rounds, arguments.chunks, arguments.agents, arguments.profile)
+    anyio.run(
+        main,
+        arguments.rounds,
+        arguments.chunks,
+        arguments.agents,
+        arguments.profile,
+        arguments.only,
+        arguments.words,
+    )

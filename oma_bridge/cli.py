@@ -381,13 +381,26 @@ async def _detach(client: Any, agent_id: str, run_input: Any) -> str:
 
     import anyio
 
+    from oma_bridge.client import DaemonError
+    from oma_bridge.errors import InvalidMessageError, WireError
+    from oma_bridge.wire.codes import INVALID_MESSAGE
+
     run_id = uuid.uuid4().hex
     params = {"agentId": agent_id, "input": run_input, "runId": run_id, "onDisconnect": "continue"}
-    await client.peer.start_request("agent/run", params)
+    call = await client.peer.start_request("agent/run", params)
     # The request is on its way; the daemon owns the run once it is queued
     # (a live run) or already finished (its result is in the journal).
     with anyio.fail_after(10):
         while True:
+            if call.settled:  # refused (bad input: no run), or done already
+                try:
+                    await call.wait()
+                except WireError as error:
+                    data = error.data if isinstance(error.data, dict) else {}
+                    if error.rpc_code == INVALID_MESSAGE:
+                        raise InvalidMessageError(str(data.get("message", error.message))) from None
+                    raise DaemonError(error.rpc_code, error.message, error.data) from None
+                return run_id
             status = await client.status()
             if any(run["runId"] == run_id for run in status["runs"]):
                 return run_id

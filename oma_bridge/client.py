@@ -41,10 +41,10 @@ import math
 import os
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import anyio
 import orjson
@@ -63,7 +63,6 @@ from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
 
 if TYPE_CHECKING:  # the backends package (and the messages it brings) is not for clients
     from oma_bridge.backends import PermissionHandler
-    from oma_bridge.orchestration.tasks import TaskSpec
 
 __all__ = [
     "Client",
@@ -211,13 +210,18 @@ class RemoteAgent:
     async def cancel(self, run_id: str) -> bool:
         return await self.client.cancel(run_id)
 
-    def watch(self, *, after_seq: int | None = None) -> AsyncIterator[JournalEntry]:
+    def watch(
+        self, *, after_seq: int | None = None, retry_s: float = 0.2
+    ) -> AsyncIterator[JournalEntry]:
         """The agent's journal entries after ``after_seq`` (default: from now), then live ones.
 
-        It reconnects by itself when the connection drops and resumes after
-        the last ``seq`` it yielded, so a dropped connection costs no entry.
+        It reconnects by itself when the connection drops (after ``retry_s``)
+        and resumes after the last ``seq`` it yielded, so a dropped connection
+        costs no entry.  Close it when done (``contextlib.aclosing``, or
+        ``break`` inside ``async with aclosing(agent.watch()) as entries``):
+        it holds a connection of its own.
         """
-        return self.client.watch(self.agent_id, after_seq=after_seq)
+        return self.client.watch(self.agent_id, after_seq=after_seq, retry_s=retry_s)
 
 
 @dataclass(frozen=True)
@@ -299,9 +303,17 @@ def _run_id() -> str:
 
 #: What a run does when its connection closes (``onDisconnect``).
 OnDisconnect: TypeAlias = Literal["cancel", "continue"]
+
+
 #: A task of ``run_tasks``: a :class:`~oma_bridge.TaskSpec` or its wire mapping
 #: (``{"id"?, "title", "description", "assignee": <profile>, "dependsOn"?, "maxRetries"?}``).
-TaskLike: TypeAlias = "TaskSpec | Mapping[str, Any]"
+class _TaskObject(Protocol):
+    """A :class:`~oma_bridge.TaskSpec` as the client sees it (no import of the library)."""
+
+    def to_wire(self) -> dict[str, Any]: ...
+
+
+TaskLike: TypeAlias = _TaskObject | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -560,25 +572,32 @@ class Client:
         holds raises :class:`DaemonError` (``CursorExpired``, with
         ``oldestSeq`` in its data).
         """
-        cursor = after_seq
+        # The last seq yielded; from the first answer on, never None again: a
+        # reconnect must resume where the first watch began, not from "now".
+        cursor = [after_seq]
         while True:
             try:
                 with unwrap_single_error():
-                    async with connect(**self.connect_options) as watcher:
-                        async for item in watcher._watch_here(agent_id, cursor):
-                            cursor = item.seq
+                    async with (
+                        connect(**self.connect_options) as watcher,
+                        # Closed here, in this task: it holds a task group.
+                        contextlib.aclosing(watcher._watch_here(agent_id, cursor)) as items,
+                    ):
+                        async for item in items:
+                            cursor[0] = item.seq
                             yield item
             except (DaemonNotRunningError, ConnectionClosedError, ConnectionClosed, OSError):
                 await anyio.sleep(retry_s)  # the daemon restarts, or the network came back
 
     async def _watch_here(
-        self, agent_id: str, after_seq: int | None
-    ) -> AsyncIterator[JournalEntry]:
+        self, agent_id: str, cursor: list[int | None]
+    ) -> AsyncGenerator[JournalEntry, None]:
+        """One watch connection's entries; a ``None`` cursor becomes the answer's seq."""
         send, receive = anyio.create_memory_object_stream[JournalEntry](math.inf)
         self._watches[agent_id] = send
         params: dict[str, Any] = {"agentId": agent_id}
-        if after_seq is not None:
-            params["afterSeq"] = after_seq
+        if cursor[0] is not None:
+            params["afterSeq"] = cursor[0]
         try:
             call = await self.peer.start_request("agent/watch", params)
 
@@ -589,9 +608,13 @@ class Client:
             async with anyio.create_task_group() as tg, receive:
                 tg.start_soon(ended)
                 try:
-                    await call.wait()
+                    answer = await call.wait()
+                except ConnectionClosedError:
+                    raise  # dropped before the answer: Client.watch reconnects
                 except WireError as error:
                     _raise_for(error)
+                if cursor[0] is None:
+                    cursor[0] = int(answer["seq"])
                 async for item in receive:
                     yield item
                 tg.cancel_scope.cancel()

@@ -75,6 +75,7 @@ class AuditLog:
         except OSError as error:
             self._failed = True
             logger.warning("cannot write the audit log %s: %s", self.path, error.strerror)
+            self._drop_if_empty()
 
     def tail(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` records, oldest first (blocking: call it in a thread).
@@ -116,6 +117,17 @@ class AuditLog:
                 records.append(record)
         records.reverse()
         return records
+
+    def _drop_if_empty(self) -> None:
+        """A log that could not take its first line (a full disk) leaves no empty file."""
+        if self._fd is None or self.path is None:
+            return
+        try:
+            if os.fstat(self._fd).st_size == 0:
+                self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
+        self.close()
 
     def close(self) -> None:
         if self._fd is not None:

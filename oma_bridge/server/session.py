@@ -11,13 +11,15 @@ registers :meth:`Session.on_close` to learn that the connection is gone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio.abc
+from websockets.exceptions import ConnectionClosed
 
-from oma_bridge.rpc import Peer, PendingCall
+from oma_bridge.rpc import ConnectionClosedError, Peer, PendingCall
 from oma_bridge.server.auth import ListenerKind
 from oma_bridge.wire.params import Capabilities, InitializeParams
 
@@ -60,9 +62,15 @@ class Session:
         return self.init.capabilities if self.init is not None else Capabilities()
 
     async def notify(self, method: str, params: Any = None) -> None:
-        """Send a notification; silently dropped once the connection is gone."""
+        """Send a notification; silently dropped once the connection is gone.
+
+        Gone means the transport too: the socket can fail a send before the
+        connection's end is noticed and :attr:`closed` is set, and a run or a
+        watcher that notifies must not fail for a client that left.
+        """
         if not self.closed:
-            await self._peer.notify(method, params)
+            with contextlib.suppress(ConnectionClosed, ConnectionClosedError):
+                await self._peer.notify(method, params)
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Ask the client and wait for its answer.

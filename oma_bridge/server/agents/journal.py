@@ -77,7 +77,7 @@ class Journal:
         self._bytes = 0
         self.last_seq = 0
         self._changed = anyio.Event()
-        self._waited = False
+        self._waiting = 0
         #: Readers that must get every entry (a stream's caller): owner -> the
         #: last seq it has; retention never drops an entry past the lowest.
         self.holds: dict[object, int] = {}
@@ -115,8 +115,11 @@ class Journal:
     async def wait_beyond(self, seq: int) -> None:
         """Return once an entry with a ``seq`` above ``seq`` exists."""
         while self.last_seq <= seq:
-            self._waited = True
-            await self._changed.wait()
+            self._waiting += 1
+            try:
+                await self._changed.wait()
+            finally:
+                self._waiting -= 1
 
     # -- writing ---------------------------------------------------------------
 
@@ -178,8 +181,7 @@ class Journal:
             self._bytes -= self._entries.popleft().size
 
     def _wake(self) -> None:
-        # Only when a reader waits: an event per entry is a cost of its own.
-        if self._waited:
-            self._waited = False
+        # Most appends have nobody waiting (no watcher): no new event for them.
+        if self._waiting:
             self._changed.set()
             self._changed = anyio.Event()

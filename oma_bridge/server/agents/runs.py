@@ -28,8 +28,8 @@ from oma_bridge.wire.codes import OVERLOADED
 
 __all__ = ["LiveRun", "Runs"]
 
-#: Results of finished runs kept for ``run/result`` besides the journals
-#: (the one-off runs of ``oma/runAgent`` have no agent, so no journal).
+#: Results of finished one-off runs (``oma/runAgent``) kept for ``run/result``:
+#: they have no agent, so no journal; an agent's runs are found in its journal.
 _KEPT_RESULTS = 256
 
 
@@ -101,7 +101,9 @@ class Runs:
             if result is None:
                 # The scope caught a cancel while the run was queued: nothing was spawned.
                 result = AgentRunResult.failed(run.run_id, RunCancelledError(), "cancelled")
-            self._keep(result)
+            if hosted is None:
+                # An agent's run is in its journal, which bounds what it keeps.
+                self._keep(result)
             return result
         finally:
             if queued:

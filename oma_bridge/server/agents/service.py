@@ -32,7 +32,7 @@ import anyio.to_thread
 
 from oma_bridge import observe
 from oma_bridge._version import __version__
-from oma_bridge.agent import Agent, closing_events, prepare_run_input
+from oma_bridge.agent import Agent, RunStream, prepare_run_input
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -53,7 +53,7 @@ from oma_bridge.server.agents.status import (
 )
 from oma_bridge.server.agents.store import PersistedSession, SessionStore
 from oma_bridge.server.agents.teams import TeamMethods
-from oma_bridge.server.agents.watchers import RunFollower, Watcher, check_cursor
+from oma_bridge.server.agents.watchers import Watcher, check_cursor
 from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
@@ -376,38 +376,27 @@ class AgentService:
         hosted.use(session)
         journal = hosted.journal
 
-        caller = RunFollower(session, journal, run_id) if method == "agent/stream" else None
-
         async def emit(event: StreamEvent) -> None:
-            if event.type == "text" and isinstance(event.data, str):
-                # Joined into the entry before it while nobody took that one
-                # yet (a busy socket gets fewer, larger frames; journal.py).
-                entry = journal.append_text(run_id, event.data, join=True)
+            wire = event.to_wire()
+            if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
+                entry = journal.append({"type": "update", "update": wire["data"]})
             else:
-                entry = journal.append({"type": "event", "runId": run_id, "event": event.to_wire()})
-            if caller is not None:
-                await caller.handed(entry)
+                entry = journal.append({"type": "event", "runId": run_id, "event": wire})
+            if method == "agent/stream":
+                # One frame per event, sent before the next is made: the caller's
+                # socket paces the run (a client that stops reading is dropped
+                # by the send watchdog), and an idle one adds no latency.
+                journal.take(entry)
+                await session.notify(
+                    "run/event", {"runId": run_id, "event": wire, "seq": entry.seq}
+                )
 
         async def execute() -> AgentRunResult:
             journal.append(
                 {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input}
             )
-            if caller is not None:
-                caller.cursor = journal.last_seq  # the caller's frames start after run_start
-                caller.delivered_up_to(caller.cursor)
-            if caller is None:
-                result = await run_turn()
-                self._end_run(hosted, run_id, result)
-                return result
-            try:
-                async with anyio.create_task_group() as sending:
-                    sending.start_soon(caller.pump)
-                    result = await run_turn()
-                    self._end_run(hosted, run_id, result)
-                    await caller.delivered(journal.last_seq)  # every run/event before the answer
-                    caller.stop()
-            finally:
-                caller.stop()  # its hold on the journal ends with the run, however it ends
+            result = await run_turn()
+            self._end_run(hosted, run_id, result)
             return result
 
         async def run_turn() -> AgentRunResult:
@@ -420,11 +409,12 @@ class AgentService:
                     prepared, run_id=run_id, emit=emit, permission_handler=permission
                 )
             else:
-                result = await agent.execute(
-                    prepared, run_id=run_id, emit=emit, permission_handler=permission
-                )
-                for event in closing_events(result):
-                    await emit(event)
+                stream = RunStream(agent, prepared, run_id, permission_handler=permission)
+                async with stream:
+                    async for event in stream:
+                        await emit(event)
+                assert stream.result is not None
+                result = stream.result
             return result
 
         run.cancel = lambda: agent.cancel(run_id)
@@ -457,6 +447,9 @@ class AgentService:
         async def in_background() -> None:
             try:
                 outcome.append(await self.runs.serve(run, hosted, execute))
+            except Exception:
+                # In the daemon's task group, a raise would stop the daemon.
+                logger.exception("run %s failed", run.run_id)
             finally:
                 finished.set()
 
@@ -548,9 +541,11 @@ class AgentService:
         run_id = parse_params(RunIdParams, params).runId
         if run_id in self.runs.live:
             raise WireError(RUN_IN_PROGRESS, f'Run in progress: "{run_id}"', {"running": True})
-        for hosted in self.agents.values():
-            for entry in reversed(hosted.journal.entries()):
-                data = entry.data
+        journals = [[e.data for e in hosted.journal.entries()] for hosted in self.agents.values()]
+        # A session read back at start answers too, before anyone resumes it.
+        journals += [[data for _seq, data in s.entries] for s in self.restorable.values()]
+        for journal in journals:
+            for data in reversed(journal):
                 if data["type"] == "run_end" and data["runId"] == run_id:
                     return data["result"]  # type: ignore[no-any-return]
         finished = self.runs.finished.get(run_id)

@@ -11,11 +11,15 @@ One file per agent, ``<state>/sessions/<agentId>.jsonl`` (folder 0700, files
 * ``{"acpSession": id}`` the downstream ACP session, for its recovery;
 * ``{"meta": {...}}`` what the ACP facade keeps of a session (its ``cwd``, ``title``).
 
-Every line is one ``write(2)`` on an ``O_APPEND`` file, so a daemon killed
-mid-way never leaves half a line; the file is fsynced at each run's end.
 The writes happen on one worker thread fed by a queue: a slow disk delays
-the file, never a stream.  A write that fails (a full disk) turns
-persistence off with one warning; the daemon goes on in memory.
+the file, never a stream.  The worker wakes once per burst (it lets lines
+gather for ``_GATHER_S``) and writes each file's new lines with one
+``writev(2)`` on an ``O_APPEND`` file; the file is fsynced at each run's end.
+A write cut short (a full disk, a SIGKILL in the middle of a large write)
+can leave an incomplete last line, which makes the file unreadable at the
+next start (below): what a crash costs is that session, never the daemon.
+A write that fails (a full disk) turns persistence off with one warning;
+the daemon goes on in memory.
 
 :meth:`SessionStore.load` reads the folder at start; a file that does not
 parse line by line (corrupt, truncated) is skipped with a warning naming it.
@@ -44,6 +48,10 @@ FORMAT_VERSION = 1
 _SUFFIX = ".jsonl"
 #: Stream text gathered per agent before it goes to the writer.
 _BATCH_BYTES = 64 * 1024
+#: How long the writer lets lines gather after a wake-up (see ``_work``).
+_GATHER_S = 0.005
+#: Buffers per ``writev`` (Linux's ``IOV_MAX``).
+_IOV_MAX = 1024
 
 
 @dataclass
@@ -171,19 +179,55 @@ class SessionStore:
         assert self.folder is not None
         files: dict[str, int] = {}
         try:
-            while (op := self._queue.get()) is not None:
-                kind, agent_id, data = op
-                if self._failed and kind != "remove":
-                    continue
-                try:
-                    self._apply(files, kind, agent_id, data)
-                except OSError as error:
-                    self._fail(error)
+            while True:
+                batch = [self._queue.get()]
+                if batch[0] is not None:
+                    # Let the burst that woke us queue up: one wake-up and one
+                    # write(2) per file for all of it, not one per entry.
+                    time.sleep(_GATHER_S)
+                    batch += _drain(self._queue)
+                if not self._apply_batch(files, batch):
+                    return
         finally:
             for fd in files.values():
                 _close_quietly(fd)
 
-    def _apply(self, files: dict[str, int], kind: str, agent_id: str, data: bytes) -> None:
+    def _apply_batch(self, files: dict[str, int], batch: list[_Op | None]) -> bool:
+        """Apply ``batch`` in order, an agent's run of lines in one write; ``False`` at the end."""
+        pending: dict[str, tuple[str, list[bytes]]] = {}
+
+        def flush(agent_id: str) -> None:
+            kind, chunks = pending.pop(agent_id, ("line", []))
+            if chunks:
+                self._guarded(files, kind, agent_id, chunks)
+
+        for op in batch:
+            if op is None:
+                for agent_id in list(pending):
+                    flush(agent_id)
+                return False
+            kind, agent_id, data = op
+            if kind == "line" and agent_id in pending:
+                pending[agent_id][1].append(data)
+            elif kind in ("create", "line"):
+                flush(agent_id)
+                pending[agent_id] = (kind, [data])
+            else:
+                flush(agent_id)
+                self._guarded(files, kind, agent_id, [])
+        for agent_id in list(pending):
+            flush(agent_id)
+        return True
+
+    def _guarded(self, files: dict[str, int], kind: str, agent_id: str, data: list[bytes]) -> None:
+        if self._failed and kind != "remove":
+            return
+        try:
+            self._apply(files, kind, agent_id, data)
+        except OSError as error:
+            self._fail(error)
+
+    def _apply(self, files: dict[str, int], kind: str, agent_id: str, data: list[bytes]) -> None:
         assert self.folder is not None
         path = self.folder / f"{agent_id}{_SUFFIX}"
         if kind == "remove":
@@ -285,11 +329,27 @@ def _read(path: Path) -> PersistedSession:
     return session
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+def _drain(source: queue.SimpleQueue[_Op | None]) -> list[_Op | None]:
+    taken: list[_Op | None] = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            taken.append(source.get_nowait())
+    return taken
+
+
+def _write_all(fd: int, chunks: list[bytes]) -> None:
+    """Write ``chunks`` in order with ``writev``: a batch is never joined (copied) first."""
+    views = [memoryview(chunk) for chunk in chunks if chunk]
+    at = 0
+    while at < len(views):
+        written = os.writev(fd, views[at : at + _IOV_MAX])
+        while written:  # skip what went out; a partial write resumes mid-chunk
+            size = len(views[at])
+            if written < size:
+                views[at] = views[at][written:]
+                break
+            written -= size
+            at += 1
 
 
 def _close_quietly(fd: int) -> None:

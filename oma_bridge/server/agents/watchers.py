@@ -168,8 +168,14 @@ class RunFollower(Follower):
     async def deliver(self, entry: Entry) -> None:
         data = entry.data
         if data["type"] == "event" and data["runId"] == self.run_id:
-            params = {"runId": self.run_id, "event": data["event"], "seq": entry.seq}
-            await self.session.notify("run/event", params)
+            event = data["event"]
+        elif data["type"] == "update":  # an agent runs one run at a time: this run's
+            event = {"type": "update", "data": data["update"]}
+        else:
+            return
+        await self.session.notify(
+            "run/event", {"runId": self.run_id, "event": event, "seq": entry.seq}
+        )
 
     async def handed(self, entry: Entry) -> None:
         """Deliver ``entry`` now when the caller is idle, else leave it to the pump.
