@@ -70,6 +70,8 @@ class Attachment:
         self.hosted = hosted
         self.journal: Journal = hosted.journal
         self.cursor = cursor
+        #: Set by :meth:`detach`: this connection no longer follows the session.
+        self.detached = False
         self._moved = anyio.Event()
         self._scope = anyio.CancelScope()
 
@@ -101,11 +103,16 @@ class Attachment:
                 await self.send_until_caught_up(replay=False)
 
     async def delivered(self, seq: int) -> None:
-        """Return once this client has been sent every update up to entry ``seq``."""
-        while self.cursor < seq and not self.session.closed:
+        """Return once this client has been sent every update up to entry ``seq``.
+
+        Also once it is detached (the session was closed, or this connection
+        attached anew): nothing more will be sent through this attachment.
+        """
+        while self.cursor < seq and not self.detached and not self.session.closed:
             await self._moved.wait()
 
     def detach(self) -> None:
+        self.detached = True
         self._scope.cancel()
         if self.hosted.acp_clients.get(self.session) is self:
             del self.hosted.acp_clients[self.session]
@@ -391,8 +398,8 @@ class _Connection:
     async def _prompt(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
         hosted = self._hosted(session, params.get("sessionId"))
         attachment = self.attachments.get(hosted.agent_id)
-        if attachment is None:
-            attachment = self._attach(session, hosted, hosted.journal.last_seq)
+        if attachment is None or attachment.detached or attachment.hosted is not hosted:
+            self._attach(session, hosted, hosted.journal.last_seq)
         # Refused before anything is spawned or opened (docs/acp.md, rule F2).
         run_input = prompt_input(params.get("prompt"), hosted.agent.kind, hosted.profile_name)
         try:
@@ -416,8 +423,21 @@ class _Connection:
         )
         end = _run_end_seq(hosted.journal, result.run_id)
         if end is not None:
-            await attachment.delivered(end)
+            await self._delivered(hosted.agent_id, end)
         return stop_reason(result.to_wire())
+
+    async def _delivered(self, agent_id: str, seq: int) -> None:
+        """Return once this connection was sent the session's updates up to entry ``seq``.
+
+        A ``session/load`` or ``session/resume`` during the turn replaces the
+        attachment: the newer one is followed.  A session closed meanwhile (by
+        any client) detaches it: the answer goes out at once, nothing more
+        will be sent.
+        """
+        while (attachment := self.attachments.get(agent_id)) is not None:
+            await attachment.delivered(seq)
+            if not attachment.detached or self.attachments.get(agent_id) is attachment:
+                return
 
     def _cancel(self, session_id: object) -> None:
         for run in list(self.service.runs.live.values()):
