@@ -34,7 +34,7 @@ from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
-from oma_bridge.wire.codes import NOT_INITIALIZED, forbidden
+from oma_bridge.wire.codes import forbidden
 from oma_bridge.wire.params import AgentOverrides, ClientInfo, InitializeParams, OpenParams
 
 if TYPE_CHECKING:
@@ -151,7 +151,9 @@ class _Connection:
         if method == "initialize":
             return self._initialize(session, params)
         if not session.initialized:
-            raise WireError(NOT_INITIALIZED, "Not initialized: send initialize first")
+            # -32600, as the ACP SDKs answer: in ACP, -32002 (this daemon's own
+            # "not initialized") means "resource not found".
+            raise WireError(INVALID_REQUEST, f"Invalid Request: send initialize before {method!r}")
         if not isinstance(params, dict):
             raise _bad("params must be an object")
         handler = {
