@@ -13,7 +13,7 @@ import anyio
 import pytest
 from support.ts_client import TsClientRun, run_ts_client
 
-from .harness import Facade, text
+from .harness import Facade, facade_daemon, text
 
 pytestmark = pytest.mark.anyio
 
@@ -142,3 +142,32 @@ async def test_a_session_closed_by_one_client_answers_the_others_turn(facade: Fa
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.parametrize(
+    "retention", ["journal_max_events = 40", "journal_max_bytes = 4096"], ids=["events", "bytes"]
+)
+async def test_a_slow_reader_misses_no_update(tmp_path: Path, retention: str) -> None:
+    """A turn far longer than the journal's retention, to a client that reads late."""
+    with facade_daemon(tmp_path, server=retention) as facade:
+        slow = await facade.raw("scenario")
+        try:
+            await slow.initialize()
+            session_id = await slow.new(facade.work)
+            await slow.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 7,
+                    "method": "session/prompt",
+                    "params": {"sessionId": session_id, "prompt": [text("chunks 3000")]},
+                }
+            )
+            await anyio.sleep(1.5)  # reads nothing: the daemon must not run ahead of it
+            with anyio.fail_after(60):
+                while not any(m.get("id") == 7 for m in slow.seen):
+                    await slow.receive()
+            assert slow.seen[-1]["result"] == {"stopReason": "end_turn"}
+            texts = [u["content"]["text"] for u in slow.updates()]
+            assert texts == [f"{i}," for i in range(3000)]  # every one, in order, once
+        finally:
+            await slow.close()

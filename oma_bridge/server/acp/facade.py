@@ -63,7 +63,14 @@ def _iso(timestamp: float) -> str:
 
 
 class Attachment:
-    """One ACP connection attached to one session: it follows the agent's journal."""
+    """One ACP connection attached to one session: it follows the agent's journal.
+
+    It is one of the agent's paced readers from its creation to :meth:`detach`:
+    a turn waits before it journals an entry that would trim one this client
+    has yet to be sent, so no update is lost
+    (a client that stops reading is dropped by the connection's send watchdog,
+    which detaches it).
+    """
 
     def __init__(self, session: Session, hosted: HostedAgent, cursor: int) -> None:
         self.session = session
@@ -74,6 +81,7 @@ class Attachment:
         self.detached = False
         self._moved = anyio.Event()
         self._scope = anyio.CancelScope()
+        hosted.paced.add(self)
 
     def permission_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -102,6 +110,13 @@ class Attachment:
                 await self.journal.wait_beyond(self.cursor)
                 await self.send_until_caught_up(replay=False)
 
+    async def keep_up(self, size: int) -> None:
+        journal = self.journal
+        while journal.would_drop(self.cursor, size) and not self.detached:
+            if self.session.closed:
+                return
+            await self._moved.wait()
+
     async def delivered(self, seq: int) -> None:
         """Return once this client has been sent every update up to entry ``seq``.
 
@@ -114,6 +129,7 @@ class Attachment:
     def detach(self) -> None:
         self.detached = True
         self._scope.cancel()
+        self.hosted.paced.discard(self)
         if self.hosted.acp_clients.get(self.session) is self:
             del self.hosted.acp_clients[self.session]
         self._moved.set()
@@ -335,11 +351,14 @@ class _Connection:
 
     async def _load(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
         hosted = self._hosted(session, params.get("sessionId"))
-        attachment = Attachment(session, hosted, 0)
-        # The whole journal first, then live: the registration follows the
-        # replay with no await between, so no entry falls in the gap.
-        await attachment.send_until_caught_up(replay=True)
-        self._attach(session, hosted, attachment.cursor)
+        replay = Attachment(session, hosted, 0)
+        try:
+            # The whole journal first, then live: the registration follows the
+            # replay with no await between, so no entry falls in the gap.
+            await replay.send_until_caught_up(replay=True)
+            self._attach(session, hosted, replay.cursor)
+        finally:
+            replay.detach()
         return {}
 
     async def _resume(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class Entry:
     size: int
     #: Sent to some connection: no more text may be joined into it.
     sent: bool = False
+    #: The journal's appended bytes up to this entry's end (see :meth:`Journal.would_drop`).
+    mark: int = 0
 
     def to_wire(self) -> dict[str, Any]:
         return {"seq": self.seq, "entry": self.data}
@@ -71,6 +73,8 @@ class Journal:
         self.on_append = on_append
         self._entries: deque[Entry] = deque()
         self._bytes = 0
+        #: Every byte ever appended (retained or not): readers' lags are measured in it.
+        self._appended = 0
         self.last_seq = 0
         self._changed = anyio.Event()
 
@@ -104,6 +108,28 @@ class Journal:
         entry.sent = True
         return entry.to_wire()
 
+    def would_drop(self, cursor: int, size: int) -> bool:
+        """Whether appending an entry of ``size`` bytes would trim one a reader has yet to send.
+
+        The reader has sent the entries up to ``cursor``.  A writer that waits
+        while this is true never trims an entry from under a reader that keeps
+        reading, and the journal stays within its bounds.
+        """
+        behind = self.last_seq - cursor
+        if behind <= 0:
+            return False
+        if behind + 1 > self.max_events:
+            return True
+        first = self._entries[0]
+        index = cursor - first.seq
+        sent = self._entries[index].mark if index >= 0 else first.mark - first.size
+        return self._appended - sent + size > self.max_bytes
+
+    @staticmethod
+    def size_of(data: dict[str, Any]) -> int:
+        """What an entry of ``data`` counts for the byte limit."""
+        return _size(data)
+
     async def wait_beyond(self, seq: int) -> None:
         """Return once an entry with a ``seq`` above ``seq`` exists."""
         while self.last_seq <= seq:
@@ -111,12 +137,14 @@ class Journal:
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, data: dict[str, Any]) -> Entry:
-        """Add one entry; returns it (its ``seq`` is the journal's newest)."""
+    def append(self, data: dict[str, Any], size: int | None = None) -> Entry:
+        """Add one entry (``size``: its :meth:`size_of`, when known); returns it."""
         self.last_seq += 1
-        entry = Entry(self.last_seq, data, _size(data))
+        entry = Entry(self.last_seq, data, _size(data) if size is None else size)
         self._entries.append(entry)
         self._bytes += entry.size
+        self._appended += entry.size
+        entry.mark = self._appended
         self._trim()
         if self.on_append is not None:
             self.on_append(entry, None)
@@ -132,6 +160,8 @@ class Journal:
                 event["data"] += text
                 last.size += len(text)
                 self._bytes += len(text)
+                self._appended += len(text)
+                last.mark = self._appended
                 self._trim()
                 if self.on_append is not None:
                     self.on_append(last, text)
@@ -147,6 +177,8 @@ class Journal:
             entry = Entry(seq, data, _size(data), sent=True)
             self._entries.append(entry)
             self._bytes += entry.size
+            self._appended += entry.size
+            entry.mark = self._appended
             self.last_seq = seq
         self._trim()
 

@@ -354,7 +354,7 @@ class AgentService:
 
         async def emit(event: StreamEvent) -> None:
             wire = event.to_wire()
-            entry = journal.append({"type": "event", "runId": run_id, "event": wire})
+            entry = await _journal(hosted, {"type": "event", "runId": run_id, "event": wire})
             if method == "agent/stream":
                 journal.take(entry)
                 await session.notify(
@@ -362,8 +362,9 @@ class AgentService:
                 )
 
         async def execute() -> AgentRunResult:
-            journal.append(
-                {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input}
+            await _journal(
+                hosted,
+                {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input},
             )
             if method in ("agent/prompt", "session/prompt"):
                 result = await agent.execute_prompt(
@@ -380,14 +381,16 @@ class AgentService:
                         await emit(event)
                 assert stream.result is not None
                 result = stream.result
-            self._end_run(hosted, run_id, result)
+            with anyio.CancelScope(shield=True):  # the result is the record: always journaled
+                end = {"type": "run_end", "runId": run_id, "result": result.to_wire()}
+                await _journal(hosted, end)
+            self._end_run(hosted)
             return result
 
         run.cancel = lambda: agent.cancel(run_id)
         return await self._serve(run, hosted, execute, keep_going)
 
-    def _end_run(self, hosted: HostedAgent, run_id: str, result: AgentRunResult) -> None:
-        hosted.journal.append({"type": "run_end", "runId": run_id, "result": result.to_wire()})
+    def _end_run(self, hosted: HostedAgent) -> None:
         hosted.meta["updatedAt"] = time.time()
         if self.store.enabled:
             self.store.write(hosted.agent_id, {"history": hosted.agent.get_history()})
@@ -606,6 +609,21 @@ class AgentService:
             await self.orchestrator.shutdown(self.settings.stop_grace_s)
         self.store.close()
         self.audit.close()
+
+
+async def _journal(hosted: HostedAgent, data: dict[str, Any]) -> Entry:
+    """Append ``data`` to the agent's journal once no paced reader would lose an entry for it.
+
+    Paced readers are ACP facade clients (``docs/acp.md``): a turn never runs
+    further ahead of one that keeps reading than the journal's retention.
+    """
+    journal = hosted.journal
+    if not hosted.paced:
+        return journal.append(data)
+    size = journal.size_of(data)
+    for reader in list(hosted.paced):
+        await reader.keep_up(size)
+    return journal.append(data, size)
 
 
 def _check_declared_hooks(session: Session, flags: HookFlags) -> None:
