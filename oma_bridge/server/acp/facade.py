@@ -27,7 +27,7 @@ import anyio
 
 from oma_bridge._version import __version__
 from oma_bridge.errors import InvalidMessageError, WireError
-from oma_bridge.rpc.core import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
 from oma_bridge.server.agents.journal import Journal
 from oma_bridge.server.agents.registry import HostedAgent
@@ -185,7 +185,14 @@ class _Connection:
         }.get(method)
         if handler is None:
             raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
-        return await handler(session, params)
+        try:
+            return await handler(session, params)
+        except WireError:
+            raise
+        except Exception:
+            # As the daemon's own protocol does: logged here, nothing internal told.
+            logger.exception("connection %s: %s failed", session.id, method)
+            raise WireError(INTERNAL_ERROR, "Internal error") from None
 
     async def on_notification(self, session: Session, method: str, params: Any) -> None:
         if method == "session/cancel" and isinstance(params, dict):

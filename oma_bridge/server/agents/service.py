@@ -416,13 +416,17 @@ class AgentService:
         async def in_background() -> None:
             try:
                 outcome.append(await self.runs.serve(run, hosted, execute))
+            except Exception:
+                # In the daemon's task group, an error would end the daemon and
+                # every session with it: logged, and answered -32603 below.
+                logger.exception("run %s failed", run.run_id)
             finally:
                 finished.set()
 
         self.task_group.start_soon(in_background)
         await finished.wait()  # a closed connection cancels this wait, not the run
         if not outcome:
-            raise WireError(INTERNAL_ERROR, "Internal error")  # the run raised: logged there
+            raise WireError(INTERNAL_ERROR, "Internal error")  # the run raised: logged above
         return outcome[0]
 
     async def run_agent(self, session: Session, params: Any) -> dict[str, Any]:
