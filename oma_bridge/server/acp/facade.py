@@ -29,7 +29,7 @@ from oma_bridge._version import __version__
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
-from oma_bridge.server.agents.journal import Journal
+from oma_bridge.server.agents.journal import Journal, Signal
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
@@ -79,7 +79,7 @@ class Attachment:
         self.cursor = cursor
         #: Set by :meth:`detach`: this connection no longer follows the session.
         self.detached = False
-        self._moved = anyio.Event()
+        self._moved = Signal()
         self._scope = anyio.CancelScope()
         hosted.paced.add(self)
 
@@ -94,14 +94,12 @@ class Attachment:
         journal = self.journal
         while self.cursor < journal.last_seq:
             for entry in journal.after(max(self.cursor, journal.oldest_seq - 1)):
-                wire = journal.take(entry)["entry"]
-                for update in updates_of(wire, replay=replay):
+                for update in updates_of(journal.take(entry)["entry"], replay=replay):
                     await self.session.notify(
                         "session/update", {"sessionId": self.hosted.agent_id, "update": update}
                     )
                 self.cursor = entry.seq
-                self._moved.set()
-                self._moved = anyio.Event()
+                self._moved.notify()
 
     async def pump(self) -> None:
         """Send every new entry's updates until detached or the connection ends."""
@@ -132,7 +130,7 @@ class Attachment:
         self.hosted.paced.discard(self)
         if self.hosted.acp_clients.get(self.session) is self:
             del self.hosted.acp_clients[self.session]
-        self._moved.set()
+        self._moved.notify()
 
 
 class AcpFacade:

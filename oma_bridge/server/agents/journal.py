@@ -27,10 +27,35 @@ from typing import Any
 import anyio
 import orjson
 
-__all__ = ["Entry", "Journal"]
+__all__ = ["Entry", "Journal", "Signal"]
 
 #: What an entry costs beyond its text, for the byte limit (keys, ids, framing).
 _ENTRY_OVERHEAD = 96
+
+
+class Signal:
+    """Wakes every task waiting on it; costs nothing when nobody waits.
+
+    The journal changes once per stream event: an :class:`anyio.Event` made
+    (and set) per change would cost more than the change itself, so one is
+    made only when a task starts waiting.
+    """
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+
+    def notify(self) -> None:
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
+
+    async def wait(self) -> None:
+        """Return at the next :meth:`notify` (check the condition again: it may not hold)."""
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
 
 
 @dataclass(eq=False, slots=True)
@@ -76,7 +101,7 @@ class Journal:
         #: Every byte ever appended (retained or not): readers' lags are measured in it.
         self._appended = 0
         self.last_seq = 0
-        self._changed = anyio.Event()
+        self._changed = Signal()
 
     # -- reading ---------------------------------------------------------------
 
@@ -191,5 +216,4 @@ class Journal:
             self._bytes -= self._entries.popleft().size
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        self._changed.notify()
