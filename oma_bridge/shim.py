@@ -211,6 +211,41 @@ class _Stdin:
         return line
 
 
+class _Stdout:
+    """stdout, one line per frame, flushed once per event-loop tick.
+
+    The frames that arrived together (a turn's burst of updates) go out in one
+    ``write(2)``; none waits beyond the tick it arrived in.  A client gone
+    (``BrokenPipeError``) is raised by the next :meth:`write`.
+    """
+
+    def __init__(self) -> None:
+        self._out = sys.stdout.buffer
+        self._loop = asyncio.get_running_loop()
+        self._scheduled = False
+        self._broken: BrokenPipeError | None = None
+
+    def write(self, line: bytes) -> None:
+        if self._broken is not None:
+            raise self._broken
+        self._out.write(line + b"\n")
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        try:
+            self._out.flush()
+        except BrokenPipeError as error:
+            self._broken = error
+
+    def flush(self) -> None:
+        self._flush()
+        if self._broken is not None:
+            raise self._broken
+
+
 def _write(line: bytes) -> None:
     out = sys.stdout.buffer
     out.write(line)
@@ -289,13 +324,15 @@ async def _relay(ws: ClientConnection) -> int:
         await ws.close()  # stdin closed: detach, the sessions stay in the daemon
 
     async def downstream(up: asyncio.Task[None]) -> None:
+        out = _Stdout()
         try:
             async for frame in ws:
                 text = frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
                 pending.received(text)
-                _write(text.encode())
+                out.write(text.encode())
+            out.flush()
         except ConnectionClosed:
-            pass
+            out.flush()
         except BrokenPipeError:  # the client stopped reading our stdout: it is gone
             ended_by.append("stdout")
             up.cancel()
