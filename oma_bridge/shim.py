@@ -114,18 +114,34 @@ async def _open(
 
 
 def _start_daemon() -> None:
-    """``oma-bridge serve`` detached into its own session, logging to the state folder."""
+    """``oma-bridge serve`` detached from the shim, logging to the state folder.
+
+    Detached twice over: in a session of its own (the client's signals to the
+    shim's process group miss it), and not a descendant of the shim (a
+    middle process starts it and exits at once, so init adopts it).  Clients
+    that clean up after an agent by killing every process it started (acpx
+    walks the process tree) would otherwise end the daemon, and every
+    session in it, with the first shim.
+    """
     log_dir = default_state_dir()
     log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with (log_dir / "daemon.log").open("ab") as log:
-        subprocess.Popen(
-            [sys.executable, "-m", "oma_bridge.cli", "serve"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-        )
+        middle = os.fork()
+        if middle == 0:  # pragma: no cover (the middle process: it only starts the daemon)
+            status = 1
+            try:
+                os.setsid()
+                subprocess.Popen(
+                    [sys.executable, "-m", "oma_bridge.cli", "serve"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    close_fds=True,
+                )
+                status = 0
+            finally:
+                os._exit(status)
+        os.waitpid(middle, 0)
     _say(f"started a daemon (its log: {log_dir / 'daemon.log'})")
 
 

@@ -11,9 +11,10 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import psutil
 from support.acpx import queue_owners, run_acpx, wait_queue_owners_gone
 
-from .harness import Facade, daemon_status
+from .harness import OMA_BRIDGE, Facade, daemon_status, wait_for_discovery
 
 
 def agent(facade: Facade, profile: str) -> tuple[str, str]:
@@ -93,3 +94,30 @@ def test_acpx_persistent_session_across_invocations(
     closed = acpx_run(acpx, acpx_home, facade, *demo, "sessions", "close")
     assert closed.returncode == 0, closed.stderr
     assert session not in {row["agentId"] for row in daemon_status(facade)["agents"]}
+
+
+def test_acpx_config_agent_autostarts_a_daemon_that_outlives_acpx(
+    acpx: list[str], acpx_home: Path, no_daemon: dict[str, str], tmp_path: Path
+) -> None:
+    """docs/editors.md's acpx config, on a machine where no daemon runs yet.
+
+    acpx kills every process it saw descend from an agent when it is done
+    with it; the daemon the shim starts must not be one of them.
+    """
+    config = acpx_home / ".acpx" / "config.json"
+    config.parent.mkdir(parents=True)
+    agent = {"command": OMA_BRIDGE, "args": ["acp", "echo"]}
+    config.write_text(json.dumps({"agents": {"oma-echo": agent}}))
+    work = tmp_path / "project"
+    work.mkdir()
+    done = run_acpx(acpx, acpx_home, "oma-echo", "exec", "started for you", cwd=work, env=no_daemon)
+    assert done.returncode == 0, done.stderr
+    assert "started for you" in done.stdout
+    pid = wait_for_discovery(Path(no_daemon["XDG_RUNTIME_DIR"]), None)
+    daemon = psutil.Process(pid)
+    assert daemon.status() != psutil.STATUS_ZOMBIE and "serve" in daemon.cmdline()
+    again = run_acpx(acpx, acpx_home, "oma-echo", "exec", "and again", cwd=work, env=no_daemon)
+    assert again.returncode == 0 and "and again" in again.stdout
+    assert wait_for_discovery(Path(no_daemon["XDG_RUNTIME_DIR"]), None) == pid  # the same one
+    daemon.terminate()
+    assert not psutil.wait_procs([daemon], timeout=15)[1]
