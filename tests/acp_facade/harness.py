@@ -147,6 +147,20 @@ class Facade:
     def log(self) -> str:
         return (self.root / "daemon.log").read_text(errors="replace")
 
+    def restart(self) -> None:
+        """Stop the daemon (SIGTERM, a clean stop) and start it again on the same config."""
+        self.process.send_signal(signal.SIGTERM)
+        assert self.process.wait(timeout=15) == 0
+        with (self.root / "daemon.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                [OMA_BRIDGE, "serve", "--config", str(self.root / "bridge.toml")],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self.env,
+            )
+        wait_for_discovery(self.runtime, self.process.pid)
+
     def require(self, profile: str) -> None:
         import pytest
 
