@@ -84,6 +84,8 @@ async def test_load_after_a_daemon_restart_replays_from_disk(facade: Facade) -> 
     client = await facade.raw("demo")
     await client.initialize()
     session_id = await client.new(facade.work)
+    newer = await client.new(facade.work)  # made later, used earlier
+    await client.prompt(newer, text("the other one"))
     await client.prompt(session_id, text("before the restart"))
     await client.close()
     facade.restart()
@@ -91,8 +93,9 @@ async def test_load_after_a_daemon_restart_replays_from_disk(facade: Facade) -> 
     try:
         await back.initialize()
         listed = await back.call("session/list", {})
-        [row] = listed["result"]["sessions"]
+        row, other = listed["result"]["sessions"]  # newest activity first, as before
         assert row["sessionId"] == session_id and row["title"] == "before the restart"
+        assert other["sessionId"] == newer
         params = {"sessionId": session_id, "cwd": str(facade.work), "mcpServers": []}
         assert (await back.call("session/load", params))["result"] == {}
         assert texts(back.updates()) == [

@@ -394,6 +394,8 @@ class AgentService:
         hosted.meta["updatedAt"] = time.time()
         if self.store.enabled:
             self.store.write(hosted.agent_id, {"history": hosted.agent.get_history()})
+            # session/list orders by it, after a restart too.
+            self.store.write(hosted.agent_id, {"meta": {"updatedAt": hosted.meta["updatedAt"]}})
             downstream = getattr(hosted.agent.backend, "session_id", None)
             if isinstance(downstream, str) and downstream != hosted.meta.get("acpSession"):
                 hosted.meta["acpSession"] = downstream
