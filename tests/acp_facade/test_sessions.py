@@ -109,3 +109,22 @@ async def test_load_after_a_daemon_restart_replays_from_disk(facade: Facade) -> 
         assert answer["result"] == {"stopReason": "end_turn"}
     finally:
         await back.close()
+
+
+async def test_list_by_cwd_resolves_symlinks(facade: Facade) -> None:
+    project = facade.work / "project"
+    project.mkdir()
+    link = facade.work / "link"
+    link.symlink_to(project)
+    client = await facade.raw("demo")
+    try:
+        await client.initialize()
+        session_id = await client.new(link)  # runs in the resolved folder
+        for cwd in (link, project):
+            listed = await client.call("session/list", {"cwd": str(cwd)})
+            assert [s["sessionId"] for s in listed["result"]["sessions"]] == [session_id]
+            assert listed["result"]["sessions"][0]["cwd"] == str(project)
+        elsewhere = await client.call("session/list", {"cwd": str(facade.work)})
+        assert elsewhere["result"]["sessions"] == []
+    finally:
+        await client.close()

@@ -391,7 +391,7 @@ class _Connection:
             row
             for row in rows
             if (not self.profile or row["profile"] == self.profile)
-            and (not isinstance(cwd, str) or row.get("cwd") == cwd)
+            and (not isinstance(cwd, str) or _same_folder(row.get("cwd"), cwd))
         ]
         rows.sort(key=lambda row: float(row.get("updatedAt") or 0), reverse=True)
         page = rows[start : start + PAGE]
@@ -482,6 +482,14 @@ class _Connection:
         for attachment in list(self.attachments.values()):
             attachment.detach()
         self.attachments.clear()
+
+
+def _same_folder(theirs: object, asked: str) -> bool:
+    """Folders compared resolved: a session of a ``cwd = "client"`` profile keeps its
+    realpath, and a client asks with the path it knows (a symlink, maybe)."""
+    if not isinstance(theirs, str) or not theirs:
+        return False
+    return theirs == asked or os.path.realpath(theirs) == os.path.realpath(asked)
 
 
 def _first_text(blocks: list[dict[str, Any]]) -> str:
