@@ -263,7 +263,7 @@ def facade_daemon(root: Path, *, server: str = "", agents: str = "") -> Iterator
         yield facade
     finally:
         children = facade.children()
-        stop_process_tree(process, children)
+        stop_process_tree(facade.process, children)  # the one running now (restart)
         shutil.rmtree(runtime, ignore_errors=True)
 
 
