@@ -12,7 +12,11 @@ answers, the shim starts one (``oma-bridge serve``, in a session of its own,
 logging to ``<state>/daemon.log``) and waits for it, unless
 ``--no-autostart`` is given: then it answers the client's first request with
 an error that names the cause.  Closing stdin ends the shim and only
-detaches its sessions; the daemon and its agents go on.
+detaches its sessions; the daemon and its agents go on.  Answers to requests
+already sent still go out for up to :data:`_EOF_GRACE_S` (a script that
+writes its requests and closes stdin gets them); a turn still running then
+goes on in the daemon without the shim.  stdin may be a pipe (what editors
+give), a file, a terminal or ``/dev/null``.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import contextlib
 import json
 import os
 import ssl
+import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,9 @@ __all__ = ["main"]
 _START_TIMEOUT_S = 20.0
 #: The ACP line ceiling of the relay (a frame as large as the daemon takes).
 _MAX_LINE = 64 * 1024 * 1024
+#: After stdin ends, how long answers to requests already sent may still come.
+_EOF_GRACE_S = 2.0
+_NOTIFICATION_PREFIX = '{"jsonrpc":"2.0","method":'
 
 
 class Unreachable(Exception):
@@ -105,18 +114,34 @@ async def _open(
 
 
 def _start_daemon() -> None:
-    """``oma-bridge serve`` detached into its own session, logging to the state folder."""
+    """``oma-bridge serve`` detached from the shim, logging to the state folder.
+
+    Detached twice over: in a session of its own (the client's signals to the
+    shim's process group miss it), and not a descendant of the shim (a
+    middle process starts it and exits at once, so init adopts it).  Clients
+    that clean up after an agent by killing every process it started (acpx
+    walks the process tree) would otherwise end the daemon, and every
+    session in it, with the first shim.
+    """
     log_dir = default_state_dir()
     log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with (log_dir / "daemon.log").open("ab") as log:
-        subprocess.Popen(
-            [sys.executable, "-m", "oma_bridge.cli", "serve"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-        )
+        middle = os.fork()
+        if middle == 0:  # pragma: no cover (the middle process: it only starts the daemon)
+            status = 1
+            try:
+                os.setsid()
+                subprocess.Popen(
+                    [sys.executable, "-m", "oma_bridge.cli", "serve"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    close_fds=True,
+                )
+                status = 0
+            finally:
+                os._exit(status)
+        os.waitpid(middle, 0)
     _say(f"started a daemon (its log: {log_dir / 'daemon.log'})")
 
 
@@ -142,11 +167,99 @@ async def _connect(profile: str, args: Any) -> ClientConnection:
                 ) from None
 
 
-async def _stdin_reader() -> asyncio.StreamReader:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_MAX_LINE)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    return reader
+class _LineTooLong(Exception):
+    """A line of stdin beyond :data:`_MAX_LINE`."""
+
+
+class _Stdin:
+    """The lines of stdin, however the client connected it.
+
+    A pipe or a socket (what editors give) is read by the event loop; anything
+    else (a file, a terminal, ``/dev/null``: the loop's pipe transport refuses
+    them or cannot poll them) by a daemon thread, which never holds up exit.
+    """
+
+    def __init__(self) -> None:
+        self._reader: asyncio.StreamReader | None = None
+        self._lines: asyncio.Queue[bytes | Exception] | None = None
+
+    async def open(self) -> _Stdin:
+        loop = asyncio.get_running_loop()
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            self._reader = asyncio.StreamReader(limit=_MAX_LINE)
+            protocol = asyncio.StreamReaderProtocol(self._reader)
+            await loop.connect_read_pipe(lambda: protocol, sys.stdin)
+        else:
+            self._lines = asyncio.Queue()
+            threading.Thread(target=self._read, args=(loop, self._lines), daemon=True).start()
+        return self
+
+    @staticmethod
+    def _read(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes | Exception]) -> None:
+        stream = sys.stdin.buffer
+        while True:
+            line: bytes | Exception
+            try:
+                line = stream.readline(_MAX_LINE + 1)
+            except (OSError, ValueError):
+                line = b""
+            if len(line) > _MAX_LINE:
+                line = _LineTooLong()
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            except RuntimeError:  # the loop is gone: the shim is ending
+                return
+            if not line or isinstance(line, Exception):
+                return
+
+    async def readline(self) -> bytes:
+        """The next line (with its newline), ``b""`` at the end; :class:`_LineTooLong`."""
+        if self._reader is not None:
+            try:
+                return await self._reader.readline()
+            except ValueError:  # the stream's limit: asyncio's LimitOverrunError, wrapped
+                raise _LineTooLong() from None
+        assert self._lines is not None
+        line = await self._lines.get()
+        if isinstance(line, Exception):
+            raise line
+        return line
+
+
+class _Stdout:
+    """stdout, one line per frame, flushed once per event-loop tick.
+
+    The frames that arrived together (a turn's burst of updates) go out in one
+    ``write(2)``; none waits beyond the tick it arrived in.  A client gone
+    (``BrokenPipeError``) is raised by the next :meth:`write`.
+    """
+
+    def __init__(self) -> None:
+        self._out = sys.stdout.buffer
+        self._loop = asyncio.get_running_loop()
+        self._scheduled = False
+        self._broken: BrokenPipeError | None = None
+
+    def write(self, line: bytes) -> None:
+        if self._broken is not None:
+            raise self._broken
+        self._out.write(line + b"\n")
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        try:
+            self._out.flush()
+        except BrokenPipeError as error:
+            self._broken = error
+
+    def flush(self) -> None:
+        self._flush()
+        if self._broken is not None:
+            raise self._broken
 
 
 def _write(line: bytes) -> None:
@@ -158,34 +271,89 @@ def _write(line: bytes) -> None:
 
 async def _refuse_first_request(reason: str) -> None:
     """Answer the client's first request (its ``initialize``) with an error naming ``reason``."""
-    reader = await _stdin_reader()
-    while line := await reader.readline():
-        try:
+    stdin = await _Stdin().open()
+    with contextlib.suppress(_LineTooLong, BrokenPipeError):
+        while line := await stdin.readline():
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and "id" in message and "method" in message:
+                error = {"code": -32603, "message": f"oma-bridge: {reason}"}
+                _write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}).encode())
+                return
+
+
+class _Pending:
+    """The ids of the client's requests not answered yet, for the end of stdin."""
+
+    def __init__(self) -> None:
+        self.ids: set[Any] = set()
+        self.none_left = asyncio.Event()
+        self.none_left.set()
+
+    def sent(self, line: bytes) -> None:
+        if b'"method"' not in line or b'"id"' not in line:
+            return  # a notification or an answer: nothing will come back for it
+        with contextlib.suppress(ValueError):
             message = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and "id" in message and "method" in message:
-            error = {"code": -32603, "message": f"oma-bridge: {reason}"}
-            _write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}).encode())
+            if isinstance(message, dict) and "method" in message and "id" in message:
+                self.ids.add(_id_key(message["id"]))
+                self.none_left.clear()
+
+    def received(self, frame: str) -> None:
+        # The daemon writes notifications with "method" right after "jsonrpc":
+        # the bulk of the frames (a turn's updates) are told apart unparsed.
+        if not self.ids or frame.startswith(_NOTIFICATION_PREFIX):
             return
+        with contextlib.suppress(ValueError):
+            message = json.loads(frame)
+            if isinstance(message, dict) and "method" not in message and "id" in message:
+                self.ids.discard(_id_key(message["id"]))
+                if not self.ids:
+                    self.none_left.set()
+
+
+def _id_key(value: Any) -> tuple[str, Any]:
+    return (type(value).__name__, value)  # 1 and "1" are different ids
 
 
 async def _relay(ws: ClientConnection) -> int:
-    reader = await _stdin_reader()
+    stdin = await _Stdin().open()
+    pending = _Pending()
     ended_by: list[str] = []
 
     async def upstream() -> None:
-        while line := await reader.readline():
-            text = line.rstrip(b"\r\n")
-            if text.strip():
-                await ws.send(text.decode("utf-8", "replace"))
+        try:
+            while line := await stdin.readline():
+                text = line.rstrip(b"\r\n")
+                if text.strip():
+                    pending.sent(text)
+                    await ws.send(text.decode("utf-8", "replace"))
+        except _LineTooLong:
+            _say(f"a line of stdin is longer than {_MAX_LINE} bytes; closing")
         ended_by.append("stdin")
+        # The answers to what was just sent still go out, for a moment: a client
+        # that writes a request and closes stdin (a script, a pipe) gets them.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pending.none_left.wait(), _EOF_GRACE_S)
         await ws.close()  # stdin closed: detach, the sessions stay in the daemon
 
     async def downstream(up: asyncio.Task[None]) -> None:
-        with contextlib.suppress(ConnectionClosed):
+        out = _Stdout()
+        try:
             async for frame in ws:
-                _write(frame.encode() if isinstance(frame, str) else frame)
+                text = frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
+                pending.received(text)
+                out.write(text.encode())
+            out.flush()
+        except ConnectionClosed:
+            out.flush()
+        except BrokenPipeError:  # the client stopped reading our stdout: it is gone
+            ended_by.append("stdout")
+            up.cancel()
+            await ws.close()
+            return
         if not ended_by:
             ended_by.append("daemon")
             up.cancel()  # nothing more can be sent

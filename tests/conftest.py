@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from support import npm_peers
+from support.acpx import clean_acpx_home
 
 
 @pytest.fixture
@@ -26,6 +28,15 @@ def acp_ts_sdk() -> Path:
 def acpx() -> list[str]:
     """The command (``[node, cli.js]``) of the pinned ``acpx`` CLI (else skip)."""
     return npm_peers.acpx_command()
+
+
+@pytest.fixture
+def acpx_home(tmp_path: Path) -> Iterator[Path]:
+    """A private HOME for acpx (its state is ``$HOME/.acpx``); cleans what acpx left behind."""
+    home = tmp_path / "home"
+    home.mkdir()
+    yield home
+    clean_acpx_home(home)
 
 
 @dataclass(frozen=True)

@@ -78,13 +78,15 @@ class RunStream:
         run_id: str,
         *,
         permission_handler: PermissionHandler | None = None,
+        buffer: int = _STREAM_BUFFER,
     ) -> None:
+        """``buffer``: events the producer may run ahead (0: one handed over at a time)."""
         self.run_id = run_id
         self._agent = agent
         self._permission_handler = permission_handler
         self._messages: list[LLMMessage] | None = messages
         self._outcome = StreamOutcome()
-        self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](_STREAM_BUFFER)
+        self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](buffer)
         self._task: asyncio.Task[None] | None = None
 
     @property

@@ -166,7 +166,10 @@ class Peer:
         self._on_request = on_request
         self._on_notification = on_notification
         self._on_invalid = on_invalid
-        self._send_lock = anyio.Lock()
+        # Free, it is taken without a trip through the event loop: a stream of
+        # notifications (a turn's updates) costs one loop iteration per
+        # notification otherwise, the larger part of relaying one.
+        self._send_lock = anyio.Lock(fast_acquire=True)
         self._waiters: dict[IdKey, _Waiter] = {}
         self._handlers: dict[IdKey, anyio.CancelScope] = {}
         self._closed_error: BaseException | None = None

@@ -184,13 +184,7 @@ class Gateway:
             cancel_param=endpoint.cancel_param,
             inline_methods=endpoint.inline,
         )
-        session = Session(
-            session_id,
-            listener,
-            peer,
-            drop=ws.transport.abort,
-            write_idle=lambda: blocked_since is None and not ws.transport.get_write_buffer_size(),
-        )
+        session = Session(session_id, listener, peer, drop=ws.transport.abort)
         self.sessions.add(session)
         logger.info("connection %s opened on the %s listener", session_id, listener)
         try:

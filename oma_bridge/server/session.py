@@ -38,13 +38,11 @@ class Session:
         peer: Peer,
         *,
         drop: Callable[[], None] | None = None,
-        write_idle: Callable[[], bool] | None = None,
     ) -> None:
         self.id = session_id
         self.listener = listener
         self._peer = peer
         self._drop = drop
-        self._write_idle = write_idle
         self._on_close: list[Callable[[Session], None]] = []
         #: Set by a successful ``initialize``.
         self.init: InitializeParams | None = None
@@ -92,10 +90,6 @@ class Session:
         """Run ``task`` for as long as this connection lives."""
         if self.task_group is not None and not self.closed:
             self.task_group.start_soon(task)
-
-    def write_idle(self) -> bool:
-        """Whether nothing is being written to the client now (a frame would go out at once)."""
-        return self._write_idle is None or self._write_idle()
 
     def drop(self) -> None:
         """End the connection now, as a client that stopped reading is ended."""

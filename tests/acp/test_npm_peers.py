@@ -12,24 +12,22 @@ Skipped, with the reason, where node, npm or the registry is missing.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from support import npm_peers
+from support.acpx import run_acpx
 from support.npm_peers import NpmPackage, NpmUnavailable, install_package
 from support.ts_client import TS_CHUNK_AGENT, run_ts_client
 from websockets.asyncio.server import ServerConnection, serve
@@ -393,53 +391,6 @@ async def test_ts_client_over_websocket_with_bearer(acp_ts_sdk: Path, tmp_path: 
 
 
 # ---------------------------------------------------------------- acpx
-
-
-@pytest.fixture
-def acpx_home(tmp_path: Path) -> Iterator[Path]:
-    """A private HOME for acpx (its state is ``$HOME/.acpx``); cleans what acpx left behind."""
-    home = tmp_path / "home"
-    home.mkdir()
-    yield home
-    # Persistent sessions run a detached queue owner (its own session, the agent in its
-    # group); its lock file names its pid. Kill only owners of this HOME.
-    for lock in (home / ".acpx" / "queues").glob("*.lock"):
-        with contextlib.suppress(OSError, ValueError, KeyError, psutil.Error):
-            pid = int(json.loads(lock.read_text())["pid"])
-            if "__queue-owner" in psutil.Process(pid).cmdline():
-                os.killpg(pid, signal.SIGKILL)
-    # queue sockets live in /tmp/acpx-<sha256(HOME)[:10]>/
-    digest = hashlib.sha256(str(home).encode()).hexdigest()[:10]
-    with contextlib.suppress(OSError):
-        for socket in (Path("/tmp") / f"acpx-{digest}").iterdir():
-            socket.unlink()
-        (Path("/tmp") / f"acpx-{digest}").rmdir()
-
-
-def run_acpx(
-    acpx: list[str], home: Path, *args: str, cwd: Path, timeout_s: float = 60
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home)}
-    process = subprocess.Popen(
-        [*acpx, *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        raise AssertionError(f"acpx {args} timed out; stderr:\n{stderr[-2000:]}") from None
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # anything it left in its own group
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def demo_command() -> str:

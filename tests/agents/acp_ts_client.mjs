@@ -31,6 +31,8 @@
 //   until {type, method?, sessionUpdate?, count?: 1}   (wait until that many such lines were
 //                         printed, counting from the start: e.g. a permission request arrived)
 //   reconnect             (close the connection, and the agent if spawned; open a new one)
+//   touch {path}          (create the file: tells another process a step is done)
+//   awaitFile {path}      (wait until the file exists: a barrier between two clients)
 //
 // Output, one JSON object per line on stdout, in the order things happened:
 //   {"type":"update","sessionId","update"}          every session/update, raw as received
@@ -48,7 +50,7 @@
 //   or {"type":"fatal","error"} (exit 2).
 // Agent stderr is copied to our stderr.
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
@@ -309,6 +311,10 @@ const ops = {
       waiters.add(check);
       check();
     }),
+  touch: (step) => writeFileSync(step.path, ""),
+  awaitFile: async (step) => {
+    while (!existsSync(step.path)) await new Promise((resolve) => setTimeout(resolve, 20));
+  },
   reconnect: async () => {
     await stopAgent();
     await connect();

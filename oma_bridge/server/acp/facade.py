@@ -23,17 +23,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from oma_bridge._version import __version__
 from oma_bridge.errors import InvalidMessageError, WireError
-from oma_bridge.rpc.core import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
-from oma_bridge.server.agents.journal import Entry, Journal
+from oma_bridge.server.agents.journal import Journal, Signal
 from oma_bridge.server.agents.registry import HostedAgent
-from oma_bridge.server.agents.watchers import Follower
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
-from oma_bridge.wire.codes import NOT_INITIALIZED, forbidden
+from oma_bridge.wire.codes import forbidden
 from oma_bridge.wire.params import AgentOverrides, ClientInfo, InitializeParams, OpenParams
 
 if TYPE_CHECKING:
@@ -61,17 +62,26 @@ def _iso(timestamp: float) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-class Attachment(Follower):
-    """One ACP connection attached to one session: it follows the agent's journal."""
+class Attachment:
+    """One ACP connection attached to one session: it follows the agent's journal.
 
-    #: An editor's session must not end because the journal outran it.
-    skip_gaps = True
+    It is one of the agent's paced readers from its creation to :meth:`detach`:
+    a turn waits before it journals an entry that would trim one this client
+    has yet to be sent, so no update is lost
+    (a client that stops reading is dropped by the connection's send watchdog,
+    which detaches it).
+    """
 
     def __init__(self, session: Session, hosted: HostedAgent, cursor: int) -> None:
-        super().__init__(session, hosted.journal, cursor)
+        self.session = session
         self.hosted = hosted
-        #: A ``session/load`` replay: user turns are sent too.
-        self.replay = False
+        self.journal: Journal = hosted.journal
+        self.cursor = cursor
+        #: Set by :meth:`detach`: this connection no longer follows the session.
+        self.detached = False
+        self._moved = Signal()
+        self._scope = anyio.CancelScope()
+        hosted.paced.add(self)
 
     def permission_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -80,16 +90,47 @@ class Attachment(Follower):
             "options": params["options"],
         }
 
-    async def deliver(self, entry: Entry) -> None:
-        for update in updates_of(entry.data, replay=self.replay):
-            await self.session.notify(
-                "session/update", {"sessionId": self.hosted.agent_id, "update": update}
-            )
+    async def send_until_caught_up(self, *, replay: bool) -> None:
+        journal = self.journal
+        while self.cursor < journal.last_seq:
+            for entry in journal.after(max(self.cursor, journal.oldest_seq - 1)):
+                for update in updates_of(journal.take(entry)["entry"], replay=replay):
+                    await self.session.notify(
+                        "session/update", {"sessionId": self.hosted.agent_id, "update": update}
+                    )
+                self.cursor = entry.seq
+                self._moved.notify()
+
+    async def pump(self) -> None:
+        """Send every new entry's updates until detached or the connection ends."""
+        with self._scope:
+            while not self.session.closed:
+                await self.journal.wait_beyond(self.cursor)
+                await self.send_until_caught_up(replay=False)
+
+    async def keep_up(self, size: int) -> None:
+        journal = self.journal
+        while journal.would_drop(self.cursor, size) and not self.detached:
+            if self.session.closed:
+                return
+            await self._moved.wait()
+
+    async def delivered(self, seq: int) -> None:
+        """Return once this client has been sent every update up to entry ``seq``.
+
+        Also once it is detached (the session was closed, or this connection
+        attached anew): nothing more will be sent through this attachment.
+        """
+        while self.cursor < seq and not self.detached and not self.session.closed:
+            await self._moved.wait()
 
     def detach(self) -> None:
-        self.stop()
+        self.detached = True
+        self._scope.cancel()
+        self.hosted.paced.discard(self)
         if self.hosted.acp_clients.get(self.session) is self:
             del self.hosted.acp_clients[self.session]
+        self._moved.notify()
 
 
 class AcpFacade:
@@ -124,7 +165,9 @@ class _Connection:
         if method == "initialize":
             return self._initialize(session, params)
         if not session.initialized:
-            raise WireError(NOT_INITIALIZED, "Not initialized: send initialize first")
+            # -32600, as the ACP SDKs answer: in ACP, -32002 (this daemon's own
+            # "not initialized") means "resource not found".
+            raise WireError(INVALID_REQUEST, f"Invalid Request: send initialize before {method!r}")
         if not isinstance(params, dict):
             raise _bad("params must be an object")
         handler = {
@@ -140,7 +183,14 @@ class _Connection:
         }.get(method)
         if handler is None:
             raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
-        return await handler(session, params)
+        try:
+            return await handler(session, params)
+        except WireError:
+            raise
+        except Exception:
+            # As the daemon's own protocol does: logged here, nothing internal told.
+            logger.exception("connection %s: %s failed", session.id, method)
+            raise WireError(INTERNAL_ERROR, "Internal error") from None
 
     async def on_notification(self, session: Session, method: str, params: Any) -> None:
         if method == "session/cancel" and isinstance(params, dict):
@@ -293,17 +343,11 @@ class _Connection:
             raise _not_found(session_id)
         return hosted
 
-    def _attach(
-        self,
-        session: Session,
-        hosted: HostedAgent,
-        cursor: int,
-        attachment: Attachment | None = None,
-    ) -> Attachment:
+    def _attach(self, session: Session, hosted: HostedAgent, cursor: int) -> Attachment:
         previous = self.attachments.pop(hosted.agent_id, None)
         if previous is not None:
             previous.detach()
-        attachment = attachment or Attachment(session, hosted, cursor)
+        attachment = Attachment(session, hosted, cursor)
         self.attachments[hosted.agent_id] = attachment
         hosted.acp_clients[session] = attachment
         hosted.use(session)
@@ -312,13 +356,14 @@ class _Connection:
 
     async def _load(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
         hosted = self._hosted(session, params.get("sessionId"))
-        attachment = Attachment(session, hosted, 0)
-        # The whole journal first, then live: the registration follows the
-        # replay with no await between, so no entry falls in the gap.
-        attachment.replay = True
-        await attachment.catch_up()
-        attachment.replay = False
-        self._attach(session, hosted, attachment.cursor, attachment)
+        replay = Attachment(session, hosted, 0)
+        try:
+            # The whole journal first, then live: the registration follows the
+            # replay with no await between, so no entry falls in the gap.
+            await replay.send_until_caught_up(replay=True)
+            self._attach(session, hosted, replay.cursor)
+        finally:
+            replay.detach()
         return {}
 
     async def _resume(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +391,7 @@ class _Connection:
             row
             for row in rows
             if (not self.profile or row["profile"] == self.profile)
-            and (not isinstance(cwd, str) or row.get("cwd") == cwd)
+            and (not isinstance(cwd, str) or _same_folder(row.get("cwd"), cwd))
         ]
         rows.sort(key=lambda row: float(row.get("updatedAt") or 0), reverse=True)
         page = rows[start : start + PAGE]
@@ -379,8 +424,8 @@ class _Connection:
     async def _prompt(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
         hosted = self._hosted(session, params.get("sessionId"))
         attachment = self.attachments.get(hosted.agent_id)
-        if attachment is None:
-            attachment = self._attach(session, hosted, hosted.journal.last_seq)
+        if attachment is None or attachment.detached or attachment.hosted is not hosted:
+            self._attach(session, hosted, hosted.journal.last_seq)
         # Refused before anything is spawned or opened (docs/acp.md, rule F2).
         run_input = prompt_input(params.get("prompt"), hosted.agent.kind, hosted.profile_name)
         try:
@@ -404,8 +449,21 @@ class _Connection:
         )
         end = _run_end_seq(hosted.journal, result.run_id)
         if end is not None:
-            await attachment.delivered(end)
+            await self._delivered(hosted.agent_id, end)
         return stop_reason(result.to_wire())
+
+    async def _delivered(self, agent_id: str, seq: int) -> None:
+        """Return once this connection was sent the session's updates up to entry ``seq``.
+
+        A ``session/load`` or ``session/resume`` during the turn replaces the
+        attachment: the newer one is followed.  A session closed meanwhile (by
+        any client) detaches it: the answer goes out at once, nothing more
+        will be sent.
+        """
+        while (attachment := self.attachments.get(agent_id)) is not None:
+            await attachment.delivered(seq)
+            if not attachment.detached or self.attachments.get(agent_id) is attachment:
+                return
 
     def _cancel(self, session_id: object) -> None:
         for run in list(self.service.runs.live.values()):
@@ -424,6 +482,14 @@ class _Connection:
         for attachment in list(self.attachments.values()):
             attachment.detach()
         self.attachments.clear()
+
+
+def _same_folder(theirs: object, asked: str) -> bool:
+    """Folders compared resolved: a session of a ``cwd = "client"`` profile keeps its
+    realpath, and a client asks with the path it knows (a symlink, maybe)."""
+    if not isinstance(theirs, str) or not theirs:
+        return False
+    return theirs == asked or os.path.realpath(theirs) == os.path.realpath(asked)
 
 
 def _first_text(blocks: list[dict[str, Any]]) -> str:

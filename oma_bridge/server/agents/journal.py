@@ -27,14 +27,35 @@ from typing import Any
 import anyio
 import orjson
 
-__all__ = ["Entry", "Journal"]
+__all__ = ["Entry", "Journal", "Signal"]
 
 #: What an entry costs beyond its text, for the byte limit (keys, ids, framing).
 _ENTRY_OVERHEAD = 96
-#: The largest a joined text entry grows: past it the next text opens an
-#: entry of its own, so a reader that lags sees its backlog grow in entries
-#: (which it can be made to wait on), never one entry without bound.
-JOIN_MAX_BYTES = 64 * 1024
+
+
+class Signal:
+    """Wakes every task waiting on it; costs nothing when nobody waits.
+
+    The journal changes once per stream event: an :class:`anyio.Event` made
+    (and set) per change would cost more than the change itself, so one is
+    made only when a task starts waiting.
+    """
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+
+    def notify(self) -> None:
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
+
+    async def wait(self) -> None:
+        """Return at the next :meth:`notify` (check the condition again: it may not hold)."""
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
 
 
 @dataclass(eq=False, slots=True)
@@ -45,6 +66,8 @@ class Entry:
     size: int
     #: Sent to some connection: no more text may be joined into it.
     sent: bool = False
+    #: The journal's appended bytes up to this entry's end (see :meth:`Journal.would_drop`).
+    mark: int = 0
 
     def to_wire(self) -> dict[str, Any]:
         return {"seq": self.seq, "entry": self.data}
@@ -75,12 +98,10 @@ class Journal:
         self.on_append = on_append
         self._entries: deque[Entry] = deque()
         self._bytes = 0
+        #: Every byte ever appended (retained or not): readers' lags are measured in it.
+        self._appended = 0
         self.last_seq = 0
-        self._changed = anyio.Event()
-        self._waiting = 0
-        #: Readers that must get every entry (a stream's caller): owner -> the
-        #: last seq it has; retention never drops an entry past the lowest.
-        self.holds: dict[object, int] = {}
+        self._changed = Signal()
 
     # -- reading ---------------------------------------------------------------
 
@@ -112,52 +133,48 @@ class Journal:
         entry.sent = True
         return entry.to_wire()
 
+    def would_drop(self, cursor: int, size: int) -> bool:
+        """Whether appending an entry of ``size`` bytes would trim one a reader has yet to send.
+
+        The reader has sent the entries up to ``cursor``.  A writer that waits
+        while this is true never trims an entry from under a reader that keeps
+        reading, and the journal stays within its bounds.
+        """
+        behind = self.last_seq - cursor
+        if behind <= 0:
+            return False
+        if behind + 1 > self.max_events:
+            return True
+        first = self._entries[0]
+        index = cursor - first.seq
+        sent = self._entries[index].mark if index >= 0 else first.mark - first.size
+        return self._appended - sent + size > self.max_bytes
+
+    @staticmethod
+    def size_of(data: dict[str, Any]) -> int:
+        """What an entry of ``data`` counts for the byte limit."""
+        return _size(data)
+
     async def wait_beyond(self, seq: int) -> None:
         """Return once an entry with a ``seq`` above ``seq`` exists."""
         while self.last_seq <= seq:
-            self._waiting += 1
-            try:
-                await self._changed.wait()
-            finally:
-                self._waiting -= 1
+            await self._changed.wait()
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, data: dict[str, Any]) -> Entry:
-        """Add one entry; returns it (its ``seq`` is the journal's newest)."""
+    def append(self, data: dict[str, Any], size: int | None = None) -> Entry:
+        """Add one entry (``size``: its :meth:`size_of`, when known); returns it."""
         self.last_seq += 1
-        entry = Entry(self.last_seq, data, _size(data))
+        entry = Entry(self.last_seq, data, _size(data) if size is None else size)
         self._entries.append(entry)
         self._bytes += entry.size
+        self._appended += entry.size
+        entry.mark = self._appended
         self._trim()
         if self.on_append is not None:
             self.on_append(entry, None)
         self._wake()
         return entry
-
-    def append_text(self, run_id: str, text: str, *, join: bool) -> Entry:
-        """A text event of ``run_id``; with ``join``, grown into the last entry when allowed."""
-        last = self._entries[-1] if self._entries else None
-        if (
-            join
-            and last is not None
-            and not last.sent
-            and last.data["type"] == "event"
-            and last.size + len(text) <= JOIN_MAX_BYTES
-        ):
-            event = last.data["event"]
-            if last.data["runId"] == run_id and event["type"] == "text":
-                event["data"] += text
-                last.size += len(text)
-                self._bytes += len(text)
-                self._trim()
-                if self.on_append is not None:
-                    self.on_append(last, text)
-                self._wake()
-                return last
-        return self.append(
-            {"type": "event", "runId": run_id, "event": {"type": "text", "data": text}}
-        )
 
     def restore(self, entries: list[tuple[int, dict[str, Any]]]) -> None:
         """Load entries read back from disk (their seqs kept), before anything else is added."""
@@ -165,23 +182,18 @@ class Journal:
             entry = Entry(seq, data, _size(data), sent=True)
             self._entries.append(entry)
             self._bytes += entry.size
+            self._appended += entry.size
+            entry.mark = self._appended
             self.last_seq = seq
         self._trim()
 
     def _trim(self) -> None:
         # The newest entry always stays, however large: a replay must be able
-        # to deliver what the run produced last.  An entry a holder has not
-        # had yet stays too (the holder bounds how far it lags).
-        floor = min(self.holds.values()) if self.holds else None
+        # to deliver what the run produced last.
         while len(self._entries) > 1 and (
             len(self._entries) > self.max_events or self._bytes > self.max_bytes
         ):
-            if floor is not None and self._entries[0].seq > floor:
-                break
             self._bytes -= self._entries.popleft().size
 
     def _wake(self) -> None:
-        # Most appends have nobody waiting (no watcher): no new event for them.
-        if self._waiting:
-            self._changed.set()
-            self._changed = anyio.Event()
+        self._changed.notify()

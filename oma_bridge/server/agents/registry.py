@@ -18,6 +18,13 @@ if TYPE_CHECKING:
     from oma_bridge.server.agents.watchers import Watcher
 
 
+class PacedReader(Protocol):
+    """A reader of the journal that must miss nothing: the agent's runs wait for it."""
+
+    async def keep_up(self, size: int) -> None:
+        """Return once an entry of ``size`` bytes can be journaled without losing one for it."""
+
+
 class AcpClient(Protocol):
     """An ACP connection attached to an agent: who can be asked to grant a tool."""
 
@@ -27,7 +34,7 @@ class AcpClient(Protocol):
         """``session/request_permission`` params for the daemon's permission params."""
 
 
-__all__ = ["HookTarget", "HostedAgent"]
+__all__ = ["AcpClient", "HookTarget", "HostedAgent", "PacedReader"]
 
 
 @dataclass(eq=False)
@@ -54,6 +61,9 @@ class HostedAgent(HookTarget):
     watchers: dict[Session, Watcher] = field(default_factory=dict)
     #: ACP facade connections attached to this agent's session (``docs/acp.md``).
     acp_clients: dict[Session, AcpClient] = field(default_factory=dict)
+    #: Readers the agent's runs wait for before journaling an event (ACP facade
+    #: clients: an update is never trimmed from under one that keeps reading).
+    paced: set[PacedReader] = field(default_factory=set)
     #: What ``session/list`` shows: ``cwd``, ``title``, ``updatedAt``.
     meta: dict[str, Any] = field(default_factory=dict)
     idle_since: float | None = None

@@ -379,9 +379,9 @@ class AgentService:
         async def emit(event: StreamEvent) -> None:
             wire = event.to_wire()
             if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
-                entry = journal.append({"type": "update", "update": wire["data"]})
+                entry = await _journal(hosted, {"type": "update", "update": wire["data"]})
             else:
-                entry = journal.append({"type": "event", "runId": run_id, "event": wire})
+                entry = await _journal(hosted, {"type": "event", "runId": run_id, "event": wire})
             if method == "agent/stream":
                 # One frame per event, sent before the next is made: the caller's
                 # socket paces the run (a client that stops reading is dropped
@@ -392,12 +392,11 @@ class AgentService:
                 )
 
         async def execute() -> AgentRunResult:
-            journal.append(
-                {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input}
+            await _journal(
+                hosted,
+                {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input},
             )
-            result = await run_turn()
-            self._end_run(hosted, run_id, result)
-            return result
+            return await run_turn()
 
         async def run_turn() -> AgentRunResult:
             if method in ("agent/prompt", "session/prompt"):
@@ -409,22 +408,29 @@ class AgentService:
                     prepared, run_id=run_id, emit=emit, permission_handler=permission
                 )
             else:
-                stream = RunStream(agent, prepared, run_id, permission_handler=permission)
+                # One event handed over at a time: the run goes at the pace of the
+                # caller's socket, event by event, as the journal records them.
+                stream = RunStream(agent, prepared, run_id, permission_handler=permission, buffer=0)
                 async with stream:
                     async for event in stream:
                         await emit(event)
                 assert stream.result is not None
                 result = stream.result
+            with anyio.CancelScope(shield=True):  # the result is the record: always journaled
+                end = {"type": "run_end", "runId": run_id, "result": result.to_wire()}
+                await _journal(hosted, end)
+            self._end_run(hosted)
             return result
 
         run.cancel = lambda: agent.cancel(run_id)
         return await self._serve(run, hosted, execute, keep_going)
 
-    def _end_run(self, hosted: HostedAgent, run_id: str, result: AgentRunResult) -> None:
-        hosted.journal.append({"type": "run_end", "runId": run_id, "result": result.to_wire()})
+    def _end_run(self, hosted: HostedAgent) -> None:
         hosted.meta["updatedAt"] = time.time()
         if self.store.enabled:
             self.store.write(hosted.agent_id, {"history": hosted.agent.get_history()})
+            # session/list orders by it, after a restart too.
+            self.store.write(hosted.agent_id, {"meta": {"updatedAt": hosted.meta["updatedAt"]}})
             downstream = getattr(hosted.agent.backend, "session_id", None)
             if isinstance(downstream, str) and downstream != hosted.meta.get("acpSession"):
                 hosted.meta["acpSession"] = downstream
@@ -448,7 +454,8 @@ class AgentService:
             try:
                 outcome.append(await self.runs.serve(run, hosted, execute))
             except Exception:
-                # In the daemon's task group, a raise would stop the daemon.
+                # In the daemon's task group, an error would end the daemon and
+                # every session with it: logged, and answered -32603 below.
                 logger.exception("run %s failed", run.run_id)
             finally:
                 finished.set()
@@ -456,7 +463,7 @@ class AgentService:
         self.task_group.start_soon(in_background)
         await finished.wait()  # a closed connection cancels this wait, not the run
         if not outcome:
-            raise WireError(INTERNAL_ERROR, "Internal error")  # the run raised: logged there
+            raise WireError(INTERNAL_ERROR, "Internal error")  # the run raised: logged above
         return outcome[0]
 
     async def run_agent(self, session: Session, params: Any) -> dict[str, Any]:
@@ -650,6 +657,21 @@ class AgentService:
             await self.orchestrator.shutdown(self.settings.stop_grace_s)
         self.store.close()
         self.audit.close()
+
+
+async def _journal(hosted: HostedAgent, data: dict[str, Any]) -> Entry:
+    """Append ``data`` to the agent's journal once no paced reader would lose an entry for it.
+
+    Paced readers are ACP facade clients (``docs/acp.md``): a turn never runs
+    further ahead of one that keeps reading than the journal's retention.
+    """
+    journal = hosted.journal
+    if not hosted.paced:
+        return journal.append(data)
+    size = journal.size_of(data)
+    for reader in list(hosted.paced):
+        await reader.keep_up(size)
+    return journal.append(data, size)
 
 
 def _check_declared_hooks(session: Session, flags: HookFlags) -> None:

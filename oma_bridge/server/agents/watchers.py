@@ -1,19 +1,15 @@
-"""Readers of an agent's journal: watchers, a stream's caller, ACP clients.
+"""Readers of an agent's journal: ``agent/watch``.
 
 A :class:`Follower` keeps a cursor (the last ``seq`` it delivered) and reads
 the journal after it, so nothing is skipped or delivered twice however
 entries keep arriving, and a slow reader holds no memory of its own: its
 sends block, and the connection's send watchdog drops it after
-``send_timeout_s`` as it drops any client that stops reading.  Taking an
-entry to send it closes it to joining (``journal.py``), so text joins only
-while every reader is busy: an idle one adds no latency.
+``send_timeout_s`` as it drops any client that stops reading.
 
 * :class:`Watcher` is ``agent/watch``: ``agent/event`` notifications, caught
   up from ``afterSeq`` before the answer.  One the journal's retention
   outruns is dropped; coming back, it learns the oldest ``seq`` from
   ``CursorExpired``.
-* :class:`RunFollower` sends an ``agent/stream`` caller its run's
-  ``run/event`` frames; the run waits for it when it lags too far behind.
 """
 
 from __future__ import annotations
@@ -27,13 +23,9 @@ from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import CURSOR_EXPIRED, invalid_params
 
-__all__ = ["Follower", "RunFollower", "Watcher", "check_cursor"]
+__all__ = ["Follower", "Watcher", "check_cursor"]
 
 logger = logging.getLogger("oma_bridge.server")
-
-#: How many entries a stream's caller may lag before the run waits for it
-#: (with joined entries of at most ``JOIN_MAX_BYTES``: a few MiB at most).
-CALLER_LAG = 64
 
 
 def _expired(journal: Journal) -> WireError:
@@ -74,8 +66,6 @@ class Follower:
         self._moved = anyio.Event()
         self._awaited = False
         self._scope = anyio.CancelScope()
-        #: Delivering now (the pump's catch-up, or a hand-over of the run).
-        self.busy = False
 
     async def deliver(self, entry: Entry) -> None:
         raise NotImplementedError
@@ -83,13 +73,6 @@ class Follower:
     async def catch_up(self) -> None:
         """Deliver every entry after the cursor, including those appended meanwhile."""
         journal = self.journal
-        self.busy = True
-        try:
-            await self._catch_up(journal)
-        finally:
-            self.busy = False
-
-    async def _catch_up(self, journal: Journal) -> None:
         while self.cursor < journal.last_seq and not self.stopped:
             if self.cursor < journal.oldest_seq - 1:
                 if not self.skip_gaps:
@@ -106,7 +89,6 @@ class Follower:
                 journal.take(entry)
                 await self.deliver(entry)
                 self.cursor = entry.seq
-                self.delivered_up_to(entry.seq)
                 if self._awaited:
                     self._awaited = False
                     self._moved.set()
@@ -123,9 +105,6 @@ class Follower:
             logger.warning("connection %s fell behind a journal; dropping it", self.session.id)
             self.session.drop()
 
-    def delivered_up_to(self, seq: int) -> None:
-        """Hook for readers that hold the journal (see :class:`RunFollower`)."""
-
     async def delivered(self, seq: int) -> None:
         """Return once every entry up to ``seq`` was delivered (or the reader stopped)."""
         while self.cursor < seq and not self.stopped and not self.session.closed:
@@ -136,7 +115,6 @@ class Follower:
         self.stopped = True
         self._scope.cancel()
         self._moved.set()
-        self.journal.holds.pop(self, None)
 
 
 class Watcher(Follower):
@@ -149,63 +127,3 @@ class Watcher(Follower):
     async def deliver(self, entry: Entry) -> None:
         params = {"agentId": self.agent_id, "seq": entry.seq, "entry": entry.data}
         await self.session.notify("agent/event", params)
-
-
-class RunFollower(Follower):
-    """The caller of an ``agent/stream``: its run's events as ``run/event`` frames."""
-
-    def __init__(self, session: Session, journal: Journal, run_id: str) -> None:
-        super().__init__(session, journal, journal.last_seq)
-        self.run_id = run_id
-        # The caller gets every event of its run: retention waits for it (and
-        # the run waits when it lags, see room()), so its memory stays bounded.
-        journal.holds[self] = self.cursor
-
-    def delivered_up_to(self, seq: int) -> None:
-        if not self.stopped:
-            self.journal.holds[self] = seq
-
-    async def deliver(self, entry: Entry) -> None:
-        data = entry.data
-        if data["type"] == "event" and data["runId"] == self.run_id:
-            event = data["event"]
-        elif data["type"] == "update":  # an agent runs one run at a time: this run's
-            event = {"type": "update", "data": data["update"]}
-        else:
-            return
-        await self.session.notify(
-            "run/event", {"runId": self.run_id, "event": event, "seq": entry.seq}
-        )
-
-    async def handed(self, entry: Entry) -> None:
-        """Deliver ``entry`` now when the caller is idle, else leave it to the pump.
-
-        Idle means nothing is being written to it and nothing waits before
-        ``entry``: the event goes out at once, with no task switch.  While a
-        write is in flight the entry stays open, so the texts that follow
-        join it, and the pump sends it when the write is done.
-        """
-        if (
-            not self.busy
-            and self.cursor == entry.seq - 1
-            and not entry.sent
-            and self.session.write_idle()
-        ):
-            self.busy = True
-            try:
-                self.journal.take(entry)
-                await self.deliver(entry)
-                self.cursor = entry.seq
-                self.delivered_up_to(entry.seq)
-            finally:
-                self.busy = False
-        else:
-            await self.room()
-
-    async def room(self) -> None:
-        """Wait while the caller lags more than :data:`CALLER_LAG` entries behind."""
-        while self.journal.last_seq - self.cursor > CALLER_LAG and not self.stopped:
-            if self.session.closed:
-                return
-            self._awaited = True
-            await self._moved.wait()
