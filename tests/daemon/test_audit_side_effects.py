@@ -40,6 +40,12 @@ kind = "acp"
 command = "{sys.executable}"
 args = ["{SCENARIO}"]
 cwd = "{short_dir / "work"}"
+
+[agents.refuser]
+kind = "acp"
+command = "{sys.executable}"
+args = ["{SCENARIO}"]
+permission = "reject"
 """
     )
     async with daemon(short_dir, agents=agents), connect(discovery_dir=short_dir) as client:
@@ -67,3 +73,14 @@ cwd = "{short_dir / "work"}"
         assert refusal["agentId"] == scenario.agent_id
         assert refusal["reason"] == "path is outside the agent's working directory"
         assert any(r["event"] == "spawn" and r["agentId"] == scenario.agent_id for r in log)
+        # A profile's own policy decides too, and says so.
+        refuser = await client.open("refuser")
+        answered = await refuser.run("tools")
+        assert answered.output.startswith("permission:r"), answered.output
+        decision = next(
+            r
+            for r in records(short_dir)
+            if r["event"] == "permission" and r["agentId"] == refuser.agent_id
+        )
+        assert decision["decidedBy"] == "policy"
+        assert decision["outcome"]["outcome"] == "selected"

@@ -58,6 +58,7 @@ from oma_bridge.backends.permissions import (
 )
 from oma_bridge.errors import AuthRequiredError, BackendError, OMAError, RunTimeoutError, WireError
 from oma_bridge.messages import last_user_text
+from oma_bridge.observe import report
 from oma_bridge.redaction import redact
 from oma_bridge.results import TokenUsage
 from oma_bridge.rpc import (
@@ -546,17 +547,30 @@ class AcpBackend:
         if turn is None or ctx is None or turn.finished or self._cancelling:
             return CANCELLED_OUTCOME
         policy = self.config.permission
-        if policy == "auto-approve":
-            return selected(choose_option(options, "allow"))
-        least = choose_option(options, "reject")
-        if policy == "reject" or ctx.permission_handler is None:
-            return selected(least)
         raw_call = params.get("toolCall")
         tool_call = {
             key: raw_call[key]
             for key in ("toolCallId", "title", "kind", "rawInput")
             if isinstance(raw_call, dict) and key in raw_call
         }
+        if policy in ("auto-approve", "reject"):
+            # The profile decides: reported as the policy's decision (the audit log).
+            chosen = choose_option(options, "allow" if policy == "auto-approve" else "reject")
+            report(
+                "permission",
+                runId=ctx.run_id,
+                toolCall={k: v for k, v in tool_call.items() if k != "rawInput"},
+                options=[option.option_id for option in options],
+                outcome={"outcome": "selected", "optionId": chosen}
+                if chosen is not None
+                else {"outcome": "cancelled"},
+                decidedBy="policy",
+                **self._who(),
+            )
+            return selected(chosen)
+        least = choose_option(options, "reject")
+        if ctx.permission_handler is None:
+            return selected(least)
         request = PermissionRequest(self.label, ctx.run_id, tool_call, options)
         try:
             with anyio.move_on_after(self.config.permission_timeout_s) as waited:
