@@ -3,14 +3,13 @@
 from oma_bridge.agent.agent import Agent, AgentState
 from oma_bridge.agent.config import AgentConfig
 from oma_bridge.agent.input import prepare_prompt_input, prepare_run_input
-from oma_bridge.agent.stream import RunStream, closing_events
+from oma_bridge.agent.stream import RunStream
 
 __all__ = [
     "Agent",
     "AgentConfig",
     "AgentState",
     "RunStream",
-    "closing_events",
     "prepare_prompt_input",
     "prepare_run_input",
 ]
