@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from oma_bridge.errors import WireError
 from oma_bridge.rpc.core import (
@@ -274,6 +275,8 @@ class Peer:
             await self.send(message)
         except Exception as exc:  # the transport is gone; nothing to tell
             logger.debug("could not send %s: %s", message.get("method"), exc)
+            # Still a scheduling point, so a sender in a loop cannot spin.
+            await anyio.lowlevel.checkpoint()
 
     def fail_all(self, error: BaseException) -> None:
         """Fail every pending request with ``error`` and refuse new ones."""

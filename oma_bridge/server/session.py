@@ -11,12 +11,12 @@ registers :meth:`Session.on_close` to learn that the connection is gone.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio.abc
+import anyio.lowlevel
 from websockets.exceptions import ConnectionClosed
 
 from oma_bridge.rpc import ConnectionClosedError, Peer, PendingCall
@@ -67,8 +67,15 @@ class Session:
         watcher that notifies must not fail for a client that left.
         """
         if not self.closed:
-            with contextlib.suppress(ConnectionClosed, ConnectionClosedError):
+            try:
                 await self._peer.notify(method, params)
+                return
+            except (ConnectionClosed, ConnectionClosedError):
+                pass
+        # A dropped notification is still a scheduling point: a loop that
+        # notifies a gone client must let the event loop run (and its own
+        # cancellation reach it) instead of spinning.
+        await anyio.lowlevel.checkpoint()
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Ask the client and wait for its answer.
