@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check oma_bridge tests bench
 	$(BIN)/mypy --strict oma_bridge
 	$(BIN)/lint-imports --no-logo --no-cache
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2  # two workers: most of the suite waits on subprocesses and sockets
 
 serve: $(STAMP)
 	$(BIN)/oma-bridge serve
