@@ -56,7 +56,14 @@ from oma_bridge.backends.permissions import (
     parse_options,
     selected,
 )
-from oma_bridge.errors import AuthRequiredError, BackendError, OMAError, RunTimeoutError, WireError
+from oma_bridge.errors import (
+    AuthRequiredError,
+    BackendError,
+    OMAError,
+    RefusedError,
+    RunTimeoutError,
+    WireError,
+)
 from oma_bridge.messages import last_user_text
 from oma_bridge.observe import report
 from oma_bridge.redaction import redact
@@ -241,7 +248,7 @@ class AcpBackend:
         )
         if stop_reason == "refusal":
             message = f'ACP agent "{self.label}" refused the task'
-            outcome.error = BackendError(f"{message}: {output}" if output else f"{message}.")
+            outcome.error = RefusedError(f"{message}: {output}" if output else f"{message}.")
         elif stop_reason in ("max_tokens", "max_turn_requests"):
             outcome.budget_exceeded = True
         elif stop_reason == "cancelled":
