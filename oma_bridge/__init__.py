@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from oma_bridge.backends import (
         Backend,
         BackendOutcome,
+        ElicitationRequest,
         PermissionRequest,
         RunContext,
     )
@@ -118,6 +119,7 @@ __all__ = [
     "CallbackError",
     "ContentBlock",
     "CostBudgetExceededError",
+    "ElicitationRequest",
     "ErrorInfo",
     "EvaluationConfig",
     "EvaluationInput",
@@ -185,6 +187,7 @@ _HOMES = {
     "OMAError": "oma_bridge.errors",
     "OnlineEvaluator": "oma_bridge.orchestration.evaluation",
     "OpenMultiAgent": "oma_bridge.orchestration.orchestrator",
+    "ElicitationRequest": "oma_bridge.backends",
     "PermissionRequest": "oma_bridge.backends",
     "ProcessConfig": "oma_bridge.backends.process.config",
     "ProviderError": "oma_bridge.errors",

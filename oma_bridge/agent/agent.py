@@ -18,6 +18,7 @@ from oma_bridge.backends import (
     Backend,
     BackendKind,
     BackendOutcome,
+    ElicitationHandler,
     Emit,
     PermissionHandler,
     RunContext,
@@ -112,11 +113,14 @@ class Agent:
         config: AgentConfig,
         *,
         permission_handler: PermissionHandler | None = None,
+        elicitation_handler: ElicitationHandler | None = None,
     ) -> None:
         if isinstance(config.backend, LlmConfig):
             config.backend.check(config.name)
         self.config = config
         self.permission_handler = permission_handler
+        #: Answers an ACP agent's ``elicitation/create`` (every run); none: ``cancel``.
+        self.elicitation_handler = elicitation_handler
         self._history: list[LLMMessage] = config.history_messages()
         self._state = AgentState()
         self._backend: Backend | None = None
@@ -359,6 +363,7 @@ class Agent:
                     max_token_budget=budget,
                     max_turns=self.config.max_turns,
                     permission_handler=permission_handler,
+                    elicitation_handler=self.elicitation_handler,
                 )
                 try:
                     outcome = await self._get_backend().run(context)

@@ -724,6 +724,32 @@ class PermissionAnswer(TypedDict):
     outcome: SelectedOutcome | CancelledOutcome
 
 
+@with_config(_OPEN)
+class ElicitationRequestParams(TypedDict):
+    """Extension: an ACP agent's ``elicitation/create`` params, without its ``sessionId``
+    / ``requestId``, plus whose they are (docs/acp.md, "Elicitations")."""
+
+    agentId: str
+    #: null between runs.
+    runId: str | None
+    message: str
+    mode: Literal["form", "url"]
+    requestedSchema: NotRequired[dict[str, Any]]
+    url: NotRequired[str]
+    elicitationId: NotRequired[str]
+    toolCallId: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class ElicitationAnswer(TypedDict):
+    """Anything else counts as no answer; with no valid answer the agent gets ``cancel``."""
+
+    action: Literal["accept", "decline", "cancel"]
+    #: With ``accept`` only: the form's values.
+    content: NotRequired[dict[str, Any]]
+    _meta: NotRequired[dict[str, Any]]
+
+
 @with_config(_CLOSED)
 class CancelRequestParams(TypedDict):
     """``$/cancel_request``: the daemon sends ``id``; it accepts ``id`` or ``requestId``."""
@@ -965,6 +991,14 @@ METHODS: dict[str, MethodSpec] = {
         PermissionAnswer,
         (),
         "to the connection that started the run",
+    ),
+    "elicitation/request": MethodSpec(
+        "daemon→client",
+        ElicitationRequestParams,
+        ElicitationAnswer,
+        (),
+        "extension: an ACP agent asks the user; to the run's connection, then watchers, "
+        "that declared elicitation",
     ),
     "$/cancel_request": MethodSpec(
         "both", CancelRequestParams, None, (), "withdraw a pending request"

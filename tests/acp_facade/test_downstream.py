@@ -9,14 +9,16 @@ daemon's requests by hand.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
 import pytest
 
+from oma_bridge import ElicitationRequest
 from oma_bridge.client import connect
 
-from .harness import Facade, run_sdk_client
+from .harness import Facade, RawClient, run_sdk_client, text
 
 pytestmark = pytest.mark.anyio
 
@@ -47,3 +49,134 @@ async def test_a_refusal_is_a_failed_run_on_the_daemons_own_protocol(facade: Fac
     assert result.status.message == 'ACP agent "scenario" refused the task: not doing that'
     assert result.error_info is not None
     assert (result.error_info.kind, result.error_info.code) == ("backend", "REFUSED")
+
+
+# -- elicitation/create ----------------------------------------------------------------
+
+FORMS = {"elicitation": {"form": {}}}
+
+
+def said(client: RawClient) -> str:
+    return "".join(
+        u["content"]["text"]
+        for u in client.updates()
+        if u["sessionUpdate"] == "agent_message_chunk"
+    )
+
+
+def elicitations(facade: Facade) -> list[dict[str, Any]]:
+    return [r for r in facade.audit() if r["event"] == "elicitation"]
+
+
+async def test_an_elicitation_reaches_a_client_that_advertised_forms(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize("editor", FORMS)
+            session_id = await client.new(facade.work)
+            turn = await client.start_prompt(session_id, text("elicit"))
+            asked = await client.next_request("elicitation/create")
+            await client.answer(asked, {"result": {"action": "accept", "content": {"name": "Ada"}}})
+            answer = await client.until_answer(turn)
+    finally:
+        await client.close()
+    assert answer["result"] == {"stopReason": "end_turn"}
+    params = asked["params"]
+    assert params["sessionId"] == session_id  # the facade's, not the downstream agent's
+    assert (params["message"], params["mode"], params["toolCallId"]) == ("Your name?", "form", "t9")
+    assert params["requestedSchema"]["required"] == ["name"]
+    assert said(client) == 'elicitation:accept:{"name": "Ada"}'
+    [record] = elicitations(facade)
+    assert record["agentId"] == session_id
+    assert (record["mode"], record["action"], record["message"]) == ("form", "accept", "Your name?")
+    assert record["decidedBy"]["client"] == {"name": "editor", "version": "1"}
+    assert "Ada" not in json.dumps(record)  # what the user typed is not audited
+
+
+async def test_with_nobody_able_to_answer_the_agent_gets_cancel(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize("no-forms", {"elicitation": {"url": {}}})  # not forms
+            session_id = await client.new(facade.work)
+            answer = await client.prompt(session_id, text("elicit"))
+    finally:
+        await client.close()
+    assert answer["result"] == {"stopReason": "end_turn"}
+    assert not [m for m in client.seen if m.get("method") == "elicitation/create"]
+    assert said(client) == "elicitation:cancel:null"
+    [record] = elicitations(facade)
+    assert (record["action"], record["decidedBy"]) == ("cancel", "no-client")
+
+
+async def test_a_malformed_answer_is_no_answer(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize("sloppy", FORMS)
+            session_id = await client.new(facade.work)
+            turn = await client.start_prompt(session_id, text("elicit"))
+            asked = await client.next_request("elicitation/create")
+            # Content with a decline is not an answer ACP knows: nothing of it goes on.
+            bad = {"action": "decline", "content": {"name": "Eve"}}
+            await client.answer(asked, {"result": bad})
+            answer = await client.until_answer(turn)
+    finally:
+        await client.close()
+    assert answer["result"] == {"stopReason": "end_turn"}
+    assert said(client) == "elicitation:cancel:null"
+    [record] = elicitations(facade)
+    assert (record["action"], record["decidedBy"]) == ("cancel", "no-client")
+
+
+async def test_the_first_answer_wins_and_the_others_copy_is_withdrawn(facade: Facade) -> None:
+    first = await facade.raw("scenario")
+    second = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await first.initialize("first", FORMS)
+            await second.initialize("second", FORMS)
+            session_id = await first.new(facade.work)
+            assert (await second.call("session/resume", {"sessionId": session_id}))["result"] == {}
+            turn = await first.start_prompt(session_id, text("elicit"))
+            held = await first.next_request("elicitation/create")
+            asked = await second.next_request("elicitation/create")
+            await second.answer(asked, {"result": {"action": "decline"}})
+            withdrawn = await first.next_notification("$/cancel_request")
+            # A late answer from the loser changes nothing.
+            await first.answer(held, {"result": {"action": "accept", "content": {"name": "X"}}})
+            answer = await first.until_answer(turn)
+    finally:
+        await first.close()
+        await second.close()
+    assert answer["result"] == {"stopReason": "end_turn"}
+    assert withdrawn["params"] == {"requestId": held["id"]}
+    assert said(first) == "elicitation:decline:null"
+    [record] = elicitations(facade)
+    assert record["action"] == "decline"
+    assert record["decidedBy"]["client"] == {"name": "second", "version": "1"}
+
+
+async def test_a_client_of_the_daemons_protocol_answers_elicitation_request(
+    facade: Facade,
+) -> None:
+    asked: list[ElicitationRequest] = []
+
+    async def fill(request: ElicitationRequest) -> dict[str, Any]:
+        asked.append(request)
+        return {"action": "accept", "content": {"name": "Grace"}}
+
+    with anyio.fail_after(30):
+        async with connect(
+            discovery_dir=facade.runtime / "oma-bridge", elicitation_handler=fill
+        ) as client:
+            agent = await client.open("scenario")
+            result = await agent.prompt("elicit", run_id="run-e")
+    assert result.output == 'elicitation:accept:{"name": "Grace"}'
+    [request] = asked
+    assert (request.agent_name, request.run_id, request.mode) == (agent.agent_id, "run-e", "form")
+    assert request.params["message"] == "Your name?"
+    assert "sessionId" not in request.params
+    [record] = elicitations(facade)
+    assert record["runId"] == "run-e"
+    assert record["decidedBy"]["client"]["name"] == "oma-bridge-client"

@@ -11,6 +11,7 @@ answering session/new), ``ACP_TEST_RESUME=1`` (advertise ``session/resume``).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -180,6 +181,26 @@ class ScenarioAgent:
             sid, acp.update_tool_call("t1", status="completed", raw_output="edited")
         )
         await self._say(sid, f"permission:{chosen}")
+        return self._stop("end_turn")
+
+    async def do_elicit(self, sid: str, text: str, rest: str) -> Any:
+        """``elicit [url]``: ask the user (a form with one ``name`` field, or a URL)."""
+        mode: Any
+        if rest == "url":
+            mode = schema.ElicitationUrlSessionMode(
+                session_id=sid, elicitation_id="e1", url="https://example.com/login"
+            )
+        else:
+            mode = schema.ElicitationFormSessionMode(
+                session_id=sid,
+                tool_call_id="t9",
+                requested_schema=schema.ElicitationSchema(
+                    properties={"name": {"type": "string"}}, required=["name"]
+                ),
+            )
+        answer = await self.conn.create_elicitation(message="Your name?", mode=mode)
+        content = json.dumps(getattr(answer, "content", None), sort_keys=True)
+        await self._say(sid, f"elicitation:{answer.action}:{content}")
         return self._stop("end_turn")
 
     async def do_slow(self, sid: str, text: str, rest: str) -> Any:

@@ -43,13 +43,20 @@ import anyio.lowlevel
 from pydantic import ValidationError
 
 from oma_bridge._version import __version__
-from oma_bridge.backends import BackendKind, BackendOutcome, PermissionRequest, RunContext
+from oma_bridge.backends import (
+    BackendKind,
+    BackendOutcome,
+    ElicitationRequest,
+    PermissionRequest,
+    RunContext,
+)
 from oma_bridge.backends.acp import fs
 from oma_bridge.backends.acp.config import AcpConfig
 from oma_bridge.backends.acp.schema import InitializeResponse, PromptResponse, SessionResponse
 from oma_bridge.backends.acp.stdio import AgentProcess
 from oma_bridge.backends.acp.terminal import Terminals
 from oma_bridge.backends.acp.turn import Turn
+from oma_bridge.backends.elicitation import CANCEL, valid_answer
 from oma_bridge.backends.permissions import (
     CANCELLED_OUTCOME,
     choose_option,
@@ -305,6 +312,8 @@ class AcpBackend:
         def answer(request_id: RequestId, method: str) -> Message | None:
             if method == "session/request_permission":
                 return peer.core.respond(request_id, CANCELLED_OUTCOME)
+            if method == "elicitation/create":
+                return peer.core.respond(request_id, CANCEL)
             return peer.core.respond_error(request_id, REQUEST_CANCELLED, "Request cancelled")
 
         return answer
@@ -365,6 +374,9 @@ class AcpBackend:
                 "clientCapabilities": {
                     "fs": {"readTextFile": serve_fs, "writeTextFile": serve_fs},
                     "terminal": config.terminal,
+                    # Always: an elicitation nobody can answer is answered
+                    # "cancel", which the agent handles as a user would.
+                    "elicitation": {"form": {}, "url": {}},
                 },
                 "clientInfo": {"name": _CLIENT_NAME, "title": self.label, "version": __version__},
             },
@@ -534,6 +546,8 @@ class AcpBackend:
             params = {}
         if method == "session/request_permission":
             return await self._on_permission(params)
+        if method == "elicitation/create":
+            return await self._on_elicitation(params)
         if method in ("fs/read_text_file", "fs/write_text_file") and self.config.fs == "cwd":
             who = self._who()
             if method == "fs/read_text_file":
@@ -592,3 +606,34 @@ class AcpBackend:
             logger.warning("ACP agent %s: permission answer %r is no option", self.label, choice)
             return selected(least)
         return selected(choice)
+
+    async def _on_elicitation(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Ask the run's elicitation handler; ``cancel`` when nobody can answer."""
+        turn, ctx = self._turn, self._ctx
+        asked = {k: v for k, v in params.items() if k not in ("sessionId", "requestId")}
+        request = ElicitationRequest(self.label, ctx.run_id if ctx else None, asked)
+        handler = ctx.elicitation_handler if ctx is not None else None
+        if turn is None or turn.finished or self._cancelling or handler is None:
+            report(
+                "elicitation",
+                runId=request.run_id,
+                mode=request.mode,
+                action="cancel",
+                decidedBy="no-client",
+                **self._who(),
+            )
+            return CANCEL
+        try:
+            with anyio.move_on_after(self.config.permission_timeout_s) as waited:
+                answer = await handler(request)
+            if waited.cancelled_caught:
+                logger.info("ACP agent %s: elicitation timed out", self.label)
+                return CANCEL
+        except Exception:
+            logger.exception("ACP agent %s: elicitation handler failed", self.label)
+            return CANCEL
+        valid = valid_answer(answer)
+        if valid is None:
+            logger.warning("ACP agent %s: malformed elicitation answer taken as cancel", self.label)
+            return CANCEL
+        return valid

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from oma_bridge._version import __version__
+from oma_bridge.backends import ElicitationRequest
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
@@ -72,8 +73,16 @@ class Attachment:
     which detaches it).
     """
 
-    def __init__(self, session: Session, hosted: HostedAgent, cursor: int) -> None:
+    def __init__(
+        self,
+        session: Session,
+        hosted: HostedAgent,
+        cursor: int,
+        capabilities: dict[str, Any] | None = None,
+    ) -> None:
         self.session = session
+        #: The client's ``clientCapabilities`` (who can answer what, PROTOCOL §12.7).
+        self.capabilities = capabilities or {}
         self.hosted = hosted
         self.journal: Journal = hosted.journal
         self.cursor = cursor
@@ -89,6 +98,13 @@ class Attachment:
             "toolCall": params["toolCall"],
             "options": params["options"],
         }
+
+    def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
+        """Only for a client that advertised the request's mode (``elicitation.form``/``url``)."""
+        modes = self.capabilities.get("elicitation")
+        if not isinstance(modes, dict) or not isinstance(modes.get(request.mode), dict):
+            return None
+        return {"sessionId": self.hosted.agent_id, **request.params}
 
     async def send_until_caught_up(self, *, replay: bool) -> None:
         journal = self.journal
@@ -347,7 +363,7 @@ class _Connection:
         previous = self.attachments.pop(hosted.agent_id, None)
         if previous is not None:
             previous.detach()
-        attachment = Attachment(session, hosted, cursor)
+        attachment = Attachment(session, hosted, cursor, self.client_capabilities)
         self.attachments[hosted.agent_id] = attachment
         hosted.acp_clients[session] = attachment
         hosted.use(session)

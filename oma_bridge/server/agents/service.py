@@ -217,7 +217,7 @@ class AgentService:
         profile = self._profile(profile_name)
         hosted: HostedAgent | None = None
 
-        def target() -> HookTarget:
+        def target() -> HostedAgent:
             assert hosted is not None  # hooks run only once the agent exists
             return hosted
 
@@ -238,7 +238,10 @@ class AgentService:
             agent_id=agent_id,
             profile_name=profile_name,
             profile=profile,
-            agent=Agent(config),
+            agent=Agent(
+                config,
+                elicitation_handler=self.remote.elicitation_handler(target, self._run_session),
+            ),
             hooks=flags,
             owner=session if flags.beforeRun or flags.afterRun else None,
             journal=self._journal(agent_id),
@@ -246,6 +249,11 @@ class AgentService:
         self.agents[agent_id] = hosted
         hosted.use(session)
         return hosted
+
+    def _run_session(self, run_id: str | None) -> Session | None:
+        """The connection that started a live run (it is asked first, as for permissions)."""
+        run = self.runs.live.get(run_id) if run_id is not None else None
+        return run.session if run is not None else None
 
     def _journal(self, agent_id: str) -> Journal:
         store = self.store
