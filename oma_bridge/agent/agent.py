@@ -281,6 +281,13 @@ class Agent:
 
     # -- the run -------------------------------------------------------------
 
+    def ensure_backend(self) -> Backend:
+        """The backend, created now if no run created it yet (for requests between runs:
+        an ACP session's mode and config options, docs/acp.md)."""
+        if self._closed:
+            raise BackendError(f'Agent "{self.name}" is closed')
+        return self._get_backend()
+
     def _get_backend(self) -> Backend:
         if self._backend is None:
             self._backend = self.config.backend.create(agent_name=self.config.name)

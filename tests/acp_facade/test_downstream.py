@@ -180,3 +180,79 @@ async def test_a_client_of_the_daemons_protocol_answers_elicitation_request(
     [record] = elicitations(facade)
     assert record["runId"] == "run-e"
     assert record["decidedBy"]["client"]["name"] == "oma-bridge-client"
+
+
+# -- session/set_mode and session/set_config_option --------------------------------------
+
+
+async def test_settings_reach_the_agents_live_session(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize()
+            session_id = await client.new(facade.work)
+            # Nothing runs yet: the agent is started and its session opened for the request.
+            plan = {"sessionId": session_id, "modeId": "plan"}
+            mode = await client.call("session/set_mode", plan)
+            option = await client.call(
+                "session/set_config_option",
+                {"sessionId": session_id, "configId": "model-choice", "value": "large"},
+            )
+            bad = await client.call("session/set_mode", {"sessionId": session_id, "modeId": "bad"})
+            turn = await client.prompt(session_id, text("settings"))
+    finally:
+        await client.close()
+    assert mode["result"] == {"_meta": {"scenario/mode": "plan"}}  # the agent's answer, as it is
+    assert option["result"] == {"configOptions": []}
+    assert bad["error"]["code"] == -32602  # the agent's own error, relayed
+    assert bad["error"]["data"] == {"modeId": "no such mode"}
+    assert turn["result"] == {"stopReason": "end_turn"}
+    # One agent process served the settings and the turn, in the same session.
+    async with connect(discovery_dir=facade.runtime / "oma-bridge") as ours:
+        status = await ours.status()
+    [pid] = [p["pid"] for p in status["processes"] if p["agentId"] == session_id]
+    assert said(client) == f"mode=plan model=model-choice=large pid={pid}"
+    # The mode update the agent sent while answering reached the client.
+    assert {"sessionUpdate": "current_mode_update", "currentModeId": "plan"} in client.updates()
+
+
+async def test_settings_of_llm_and_process_profiles_are_method_not_found(facade: Facade) -> None:
+    for profile in ("echo", "wordcount"):
+        client = await facade.raw(profile)
+        try:
+            with anyio.fail_after(15):
+                await client.initialize()
+                session_id = await client.new(facade.work)
+                for method, extra in (
+                    ("session/set_mode", {"modeId": "plan"}),
+                    ("session/set_config_option", {"configId": "x", "value": "y"}),
+                ):
+                    answer = await client.call(method, {"sessionId": session_id, **extra})
+                    assert answer["error"]["code"] == -32601, (profile, answer)
+                    assert "only acp profiles" in answer["error"]["message"]
+                nobody = {"sessionId": "agt_0", "modeId": "x"}
+                unknown = await client.call("session/set_mode", nobody)
+                assert unknown["error"]["data"] == {"name": "NotFound"}
+        finally:
+            await client.close()
+    assert not facade.marker.exists()
+
+
+async def test_a_setting_during_a_turn_is_answered_during_the_turn(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize()
+            session_id = await client.new(facade.work)
+            turn = await client.start_prompt(session_id, text("slow"))  # waits for a cancel
+            while not said(client):
+                await client.receive()
+            mode = await client.call("session/set_mode", {"sessionId": session_id, "modeId": "ask"})
+            await client.send(
+                {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}
+            )
+            answer = await client.until_answer(turn)
+    finally:
+        await client.close()
+    assert mode["result"] == {"_meta": {"scenario/mode": "ask"}}
+    assert answer["result"] == {"stopReason": "cancelled"}

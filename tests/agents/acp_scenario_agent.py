@@ -111,6 +111,19 @@ class ScenarioAgent:
         self.sessions[session_id]["model"] = f"{config_id}={value}"
         return schema.SetSessionConfigOptionResponse(config_options=[])
 
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **kwargs: Any
+    ) -> schema.SetSessionModeResponse:
+        """Any mode but ``bad``; says so with a ``current_mode_update`` before answering."""
+        if mode_id == "bad":
+            raise RequestError.invalid_params({"modeId": "no such mode"})
+        self.sessions[session_id]["mode"] = mode_id
+        await self.conn.session_update(
+            session_id,
+            schema.CurrentModeUpdate(session_update="current_mode_update", current_mode_id=mode_id),
+        )
+        return schema.SetSessionModeResponse(field_meta={"scenario/mode": mode_id})
+
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self.cancelled[session_id].set()
 
@@ -139,6 +152,13 @@ class ScenarioAgent:
             sid,
             schema.UsageUpdate(session_update="usage_update", used=len(text) * 10, size=100000),
         )
+        return self._stop("end_turn")
+
+    async def do_settings(self, sid: str, text: str, rest: str) -> Any:
+        """``settings``: the session's mode and config option, as set by the client."""
+        session = self.sessions[sid]
+        mode, model = session.get("mode"), session["model"]
+        await self._say(sid, f"mode={mode} model={model} pid={os.getpid()}")
         return self._stop("end_turn")
 
     async def do_whoami(self, sid: str, text: str, rest: str) -> Any:

@@ -47,6 +47,7 @@ from oma_bridge.backends import (
     BackendKind,
     BackendOutcome,
     ElicitationRequest,
+    Emit,
     PermissionRequest,
     RunContext,
 )
@@ -74,7 +75,7 @@ from oma_bridge.errors import (
 from oma_bridge.messages import last_user_text
 from oma_bridge.observe import report
 from oma_bridge.redaction import redact
-from oma_bridge.results import TokenUsage
+from oma_bridge.results import StreamEvent, TokenUsage
 from oma_bridge.rpc import (
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
@@ -128,6 +129,8 @@ class AcpBackend:
         self._ctx: RunContext | None = None
         self._cancelling = False
         self._closed = False
+        #: Where updates go that arrive while a request outside a turn reads the agent.
+        self._side_emit: Emit | None = None
 
     # -- public ------------------------------------------------------------------
 
@@ -165,6 +168,63 @@ class AcpBackend:
             finally:
                 turn.finished = True
                 self._turn, self._ctx, self._cancelling = None, None, False
+                turn.over.set()
+
+    async def session_request(
+        self, method: str, params: dict[str, Any], *, emit: Emit | None = None
+    ) -> Any:
+        """Send a request of the session (``session/set_mode``, ``session/set_config_option``).
+
+        ``params`` get the agent's own ``sessionId``; the rest goes as it is,
+        and the agent's answer (or its error, a ``WireError``) comes back
+        unchanged.  During a turn the request goes at once (the turn reads
+        the connection); between turns the agent is started first if it is
+        not running, and read for as long as the request takes, with the
+        updates it sends meanwhile given to ``emit`` (else dropped).
+        """
+        if self._closed:
+            raise BackendError(f'ACP agent "{self.label}" is closed')
+        live, turn = self._live, self._turn
+        if live is not None and not live.dead and turn is not None and not turn.finished:
+            call = await live.peer.start_request(method, {**params, "sessionId": live.session_id})
+            answered = await self._during_turn(call, turn)
+            if answered:
+                return await call.wait()
+            async with self._lock, self._serving(live):  # the turn ended first: read on
+                return await call.wait()
+        async with self._lock:
+            if self._closed:
+                raise BackendError(f'ACP agent "{self.label}" is closed')
+            live = self._live
+            if live is not None and not live.dead and live.process.returncode is not None:
+                await self._end(live)
+            if self._live is None or self._live.dead:
+                live = await self._start()
+            assert live is not None
+            self._side_emit = emit
+            try:
+                async with self._serving(live):
+                    return await live.peer.request(method, {**params, "sessionId": live.session_id})
+            finally:
+                self._side_emit = None
+
+    @staticmethod
+    async def _during_turn(call: PendingCall, turn: Turn) -> bool:
+        """Wait for ``call``'s answer while ``turn`` reads it; ``False`` if the turn ends first."""
+        answered = False
+        async with anyio.create_task_group() as tg:
+
+            async def settle() -> None:
+                nonlocal answered
+                with contextlib.suppress(Exception):  # the error is read again by the caller
+                    await call.wait()
+                answered = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(settle)
+            await turn.over.wait()
+            tg.cancel_scope.cancel()
+        return answered
 
     async def aclose(self) -> None:
         """End the agent's whole process tree (no process of it survives).
@@ -535,6 +595,9 @@ class AcpBackend:
             logger.debug("ACP agent %s: update for unknown session %r", self.label, session_id)
             return
         if turn is None or turn.finished:
+            if self._side_emit is not None:
+                await self._side_emit(StreamEvent("update", update))
+                return
             logger.debug(
                 "ACP agent %s: late update dropped: %s", self.label, update.get("sessionUpdate")
             )

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import orjson
 
 from oma_bridge.backends import Emit
@@ -87,6 +88,8 @@ class Turn:
     prompting: bool = False
     #: Set when the turn's answer arrived (or the turn was given up).
     finished: bool = False
+    #: Set once the turn is over and its reader stopped (see ``AcpBackend.session_request``).
+    over: anyio.Event = field(default_factory=anyio.Event)
     output_parts: list[str] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     last_used: int | None = None

@@ -27,7 +27,11 @@ import anyio
 
 from oma_bridge._version import __version__
 from oma_bridge.backends import ElicitationRequest
-from oma_bridge.errors import InvalidMessageError, WireError
+from oma_bridge.backends.acp.backend import AcpBackend
+from oma_bridge.errors import InvalidMessageError, OMAError, WireError
+from oma_bridge.redaction import redact
+from oma_bridge.results import StreamEvent
+from oma_bridge.rpc import ConnectionClosedError
 from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
 from oma_bridge.server.agents.journal import Journal, Signal
@@ -194,8 +198,8 @@ class _Connection:
             "session/list": self._list,
             "session/close": self._close,
             "session/prompt": self._prompt,
-            "session/set_mode": self._passthrough,
-            "session/set_config_option": self._passthrough,
+            "session/set_mode": self._set_mode,
+            "session/set_config_option": self._set_config_option,
         }.get(method)
         if handler is None:
             raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
@@ -486,13 +490,43 @@ class _Connection:
             if run.agent_id == session_id:
                 self.service.runs.cancel(run)
 
-    async def _passthrough(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+    async def _set_mode(self, session: Session, params: dict[str, Any]) -> Any:
+        return await self._passthrough(session, "session/set_mode", params)
+
+    async def _set_config_option(self, session: Session, params: dict[str, Any]) -> Any:
+        return await self._passthrough(session, "session/set_config_option", params)
+
+    async def _passthrough(self, session: Session, method: str, params: dict[str, Any]) -> Any:
+        """Forward a session setting to an acp profile's agent; its answer comes back as it is.
+
+        The agent is started (and its session opened) when it is not running
+        yet; updates it sends while the request is read are journaled, so
+        every attached client sees them (docs/acp.md, "Modes and config options").
+        """
         hosted = self._hosted(session, params.get("sessionId"))
-        raise WireError(
-            METHOD_NOT_FOUND,
-            f'profile "{hosted.profile_name}" ({hosted.agent.kind}) has no modes or config options '
-            "to set through the facade",
-        )
+        if hosted.agent.kind != "acp":
+            raise WireError(
+                METHOD_NOT_FOUND,
+                f'profile "{hosted.profile_name}" ({hosted.agent.kind}) has no modes or config '
+                "options to set: only acp profiles forward them",
+            )
+        backend = hosted.agent.ensure_backend()
+        assert isinstance(backend, AcpBackend)
+        hosted.use(session)
+
+        async def journal(event: StreamEvent) -> None:
+            await self.service.journal_update(hosted, event.data)
+
+        forwarded = {key: value for key, value in params.items() if key != "sessionId"}
+        try:
+            return await backend.session_request(method, forwarded, emit=journal)
+        except ConnectionClosedError as error:
+            message = f"the agent of session {hosted.agent_id} ended during {method}: {error}"
+            raise WireError(INTERNAL_ERROR, redact(message)) from None
+        except WireError:
+            raise  # the agent's own error answer, relayed as it is
+        except OMAError as error:  # it could not be started
+            raise WireError(INTERNAL_ERROR, redact(error.message)) from None
 
     def _detach_all(self) -> None:
         for attachment in list(self.attachments.values()):

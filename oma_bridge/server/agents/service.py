@@ -433,6 +433,11 @@ class AgentService:
         run.cancel = lambda: agent.cancel(run_id)
         return await self._serve(run, hosted, execute, keep_going)
 
+    async def journal_update(self, hosted: HostedAgent, update: Any) -> None:
+        """Journal a raw ACP update that came outside any run (while a session setting was sent)."""
+        if isinstance(update, dict):
+            await _journal(hosted, {"type": "update", "update": update})
+
     def _end_run(self, hosted: HostedAgent) -> None:
         hosted.meta["updatedAt"] = time.time()
         if self.store.enabled:
