@@ -665,7 +665,7 @@ async def test_frames_of_a_real_session_validate() -> None:
     seen = _check_frames(rec, document)
     unseen_methods = set(document["x-methods"]) - seen
     assert unseen_methods == set(), unseen_methods
-    events = {"text", "reasoning", "update", "budget_exceeded", "done", "error"}
+    events = {"text", "reasoning", "update", "plan", "budget_exceeded", "done", "error"}
     assert {f"event:{kind}" for kind in events} <= seen
     progress = {"agent_start", "agent_complete", "task_start", "task_complete", "task_failed"}
     progress |= {"task_skipped", "task_retry"}

@@ -70,6 +70,8 @@ class PermissionRequest:
     run_id: str
     tool_call: Mapping[str, Any]  # {"toolCallId", "title"?, "kind"?, "rawInput"?}
     options: tuple[PermissionOption, ...]
+    #: The request's ``_meta`` (W3C trace context, say), relayed to ACP clients as sent.
+    meta: Mapping[str, Any] | None = None
 
 
 #: Answers a permission request with the chosen ``optionId``, or ``None`` for

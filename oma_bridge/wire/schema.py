@@ -245,6 +245,49 @@ class UpdateEvent(TypedDict):
     data: AcpSessionUpdate
 
 
+def _acp_state_schema(schema: dict[str, Any]) -> None:
+    schema["description"] = (
+        "The ACP update without its sessionUpdate, as the agent sent it (ACP schema 1.x)."
+    )
+
+
+@with_config(ConfigDict(extra="allow", json_schema_extra=_acp_state_schema))
+class AcpStateData(TypedDict):
+    pass
+
+
+@with_config(_CLOSED)
+class PlanEvent(TypedDict):
+    """Extension (D15): an ACP agent's ``plan`` (``data.entries``)."""
+
+    type: Literal["plan"]
+    data: AcpStateData
+
+
+@with_config(_CLOSED)
+class UsageUpdateEvent(TypedDict):
+    """Extension (D15): an ACP agent's ``usage_update`` (``data.used``, ``size``, ``cost``?)."""
+
+    type: Literal["usage_update"]
+    data: AcpStateData
+
+
+@with_config(_CLOSED)
+class AvailableCommandsUpdateEvent(TypedDict):
+    """Extension (D15): an ACP agent's commands (``data.availableCommands``)."""
+
+    type: Literal["available_commands_update"]
+    data: AcpStateData
+
+
+@with_config(_CLOSED)
+class CurrentModeUpdateEvent(TypedDict):
+    """Extension (D15): an ACP agent's ``current_mode_update`` (``data.currentModeId``)."""
+
+    type: Literal["current_mode_update"]
+    data: AcpStateData
+
+
 StreamEvent: TypeAlias = (
     TextEvent
     | ReasoningEvent
@@ -254,6 +297,10 @@ StreamEvent: TypeAlias = (
     | DoneEvent
     | ErrorEvent
     | UpdateEvent
+    | PlanEvent
+    | UsageUpdateEvent
+    | AvailableCommandsUpdateEvent
+    | CurrentModeUpdateEvent
 )
 
 
@@ -282,6 +329,9 @@ class EventEntry(TypedDict):
     type: Literal["event"]
     runId: str
     event: StreamEvent
+    #: acp: the chunk a text or reasoning event came from, when it carries more
+    #: than its text (``messageId``, ``_meta``, ``annotations``): docs/acp.md.
+    update: NotRequired[AcpSessionUpdate]
 
 
 @with_config(_CLOSED)

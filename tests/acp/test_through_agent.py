@@ -28,10 +28,10 @@ async def test_run_and_stream_share_the_session(tmp_path: Path) -> None:
         assert result.success and result.output == "Be brief.\n\necho one"
         assert result.status.code == "ok"
         events = [event async for event in agent.stream("thought")]
-        assert [e.type for e in events] == ["reasoning", "update", "text", "done"]
+        assert [e.type for e in events] == ["reasoning", "plan", "text", "done"]
         done = events[-1].data
         assert done.output == "answer" and done.success
-        assert events[1].to_wire()["data"]["sessionUpdate"] == "plan"
+        assert events[1].to_wire()["data"]["entries"][0]["content"] == "step one"
     finally:
         await agent.close()
 

@@ -9,6 +9,7 @@ daemon's requests by hand.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -18,7 +19,10 @@ import pytest
 from oma_bridge import ElicitationRequest
 from oma_bridge.client import connect
 
-from .harness import Facade, RawClient, run_sdk_client, text
+from .harness import AGENTS, Facade, RawClient, run_sdk_client, text
+
+#: The updates the scenario agent's ``rich`` sends, as it writes them.
+RICH = json.loads((AGENTS / "acp_rich_updates.json").read_text())
 
 pytestmark = pytest.mark.anyio
 
@@ -256,3 +260,93 @@ async def test_a_setting_during_a_turn_is_answered_during_the_turn(facade: Facad
         await client.close()
     assert mode["result"] == {"_meta": {"scenario/mode": "ask"}}
     assert answer["result"] == {"stopReason": "cancelled"}
+
+
+# -- every downstream update relayed as sent; typed events on the daemon's protocol ----------
+
+
+async def test_every_update_reaches_the_client_as_the_agent_sent_it(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    again = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize()
+            session_id = await client.new(facade.work)
+            answer = await client.prompt(session_id, text("rich"))
+            await again.initialize()
+            loaded = await again.call(
+                "session/load", {"sessionId": session_id, "cwd": str(facade.work), "mcpServers": []}
+            )
+    finally:
+        await client.close()
+        await again.close()
+    assert answer["result"] == {"stopReason": "end_turn"}
+    # One out per one in, in order, unchanged: messageId, _meta (trace context), annotations.
+    assert client.updates() == RICH
+    assert loaded["result"] == {}
+    user, *replayed = again.updates()
+    assert user == {"sessionUpdate": "user_message_chunk", "content": text("rich")}
+    assert replayed == RICH
+
+
+async def test_session_state_is_typed_on_the_daemons_protocol(facade: Facade) -> None:
+    with anyio.fail_after(30):
+        async with connect(discovery_dir=facade.runtime / "oma-bridge") as client:
+            agent = await client.open("scenario")
+            stream = agent.stream("rich")
+            events = [event async for event in stream]
+            entries = []
+            async with contextlib.aclosing(agent.watch(after_seq=0)) as journal:
+                async for entry in journal:
+                    entries.append(entry)
+                    if len(entries) == len(RICH) + 1:  # the run's start and its updates
+                        break
+    assert [e.type for e in events] == [
+        "reasoning",
+        "text",
+        "text",
+        "text",
+        "usage_update",
+        "available_commands_update",
+        "current_mode_update",
+        "plan",
+        "done",
+    ]
+    typed = {e.type: e.data for e in events[4:8]}
+    assert typed["usage_update"] == {"used": 120, "size": 1000, "_meta": {"x": 1}}
+    assert typed["current_mode_update"] == {"currentModeId": "code"}
+    assert typed["plan"]["entries"][0]["content"] == "one"
+    assert stream.result is not None and stream.result.output == "Hello, world"
+    # The journal keeps what the agent sent: the rich chunks beside their events, the
+    # session state as update entries (PROTOCOL §13.3), each once.
+    kinds = [(e.entry["type"], e.entry.get("update", {}).get("sessionUpdate")) for e in entries]
+    assert kinds == [
+        ("run_start", None),
+        ("event", "agent_thought_chunk"),
+        ("event", "agent_message_chunk"),
+        ("event", None),  # a plain chunk: its text event says it all
+        ("event", "agent_message_chunk"),
+        ("update", "usage_update"),
+        ("update", "available_commands_update"),
+        ("update", "current_mode_update"),
+        ("update", "plan"),
+    ]
+    assert entries[2].entry["update"] == RICH[1]
+
+
+async def test_a_permission_request_keeps_its_meta(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize()
+            session_id = await client.new(facade.work)
+            turn = await client.start_prompt(session_id, text("tools"))
+            asked = await client.next_request("session/request_permission")
+            selected = {"outcome": {"outcome": "selected", "optionId": "ao"}}
+            await client.answer(asked, {"result": selected})
+            answer = await client.until_answer(turn)
+    finally:
+        await client.close()
+    assert answer["result"] == {"stopReason": "end_turn"}
+    assert asked["params"]["_meta"] == {"traceparent": RICH[0]["_meta"]["traceparent"]}
+    assert said(client) == "permission:ao"

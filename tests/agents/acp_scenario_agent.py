@@ -23,6 +23,14 @@ from acp import RequestError, schema
 PROC_TREE = str(Path(__file__).with_name("proc_tree.py"))
 
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+#: What ``rich`` sends: chunks with more than their text (``messageId``, ``_meta`` with
+#: W3C trace context, ``annotations``) and the session-state kinds.
+RICH: list[dict[str, Any]] = json.loads(
+    Path(__file__).with_name("acp_rich_updates.json").read_text()
+)
+
+
 def _text_of(prompt: list[Any]) -> str:
     return "".join(getattr(block, "text", "") for block in prompt)
 
@@ -194,6 +202,7 @@ class ScenarioAgent:
                 schema.PermissionOption(option_id="ro", name="No", kind="reject_once"),
                 schema.PermissionOption(option_id="ra", name="Never", kind="reject_always"),
             ],
+            traceparent=TRACEPARENT,  # the request's _meta: W3C trace context
         )
         outcome = answer.outcome
         chosen = getattr(outcome, "option_id", None) or outcome.outcome
@@ -221,6 +230,14 @@ class ScenarioAgent:
         answer = await self.conn.create_elicitation(message="Your name?", mode=mode)
         content = json.dumps(getattr(answer, "content", None), sort_keys=True)
         await self._say(sid, f"elicitation:{answer.action}:{content}")
+        return self._stop("end_turn")
+
+    async def do_rich(self, sid: str, text: str, rest: str) -> Any:
+        """``rich``: the updates of :data:`RICH`, as written (raw JSON, not the SDK models)."""
+        for update in RICH:
+            await self.conn._conn.send_notification(
+                "session/update", {"sessionId": sid, "update": update}
+            )
         return self._stop("end_turn")
 
     async def do_slow(self, sid: str, text: str, rest: str) -> Any:

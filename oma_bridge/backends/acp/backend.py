@@ -56,7 +56,7 @@ from oma_bridge.backends.acp.config import AcpConfig
 from oma_bridge.backends.acp.schema import InitializeResponse, PromptResponse, SessionResponse
 from oma_bridge.backends.acp.stdio import AgentProcess
 from oma_bridge.backends.acp.terminal import Terminals
-from oma_bridge.backends.acp.turn import Turn
+from oma_bridge.backends.acp.turn import Turn, event_of_update
 from oma_bridge.backends.elicitation import CANCEL, valid_answer
 from oma_bridge.backends.permissions import (
     CANCELLED_OUTCOME,
@@ -75,7 +75,7 @@ from oma_bridge.errors import (
 from oma_bridge.messages import last_user_text
 from oma_bridge.observe import report
 from oma_bridge.redaction import redact
-from oma_bridge.results import StreamEvent, TokenUsage
+from oma_bridge.results import TokenUsage
 from oma_bridge.rpc import (
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
@@ -596,7 +596,7 @@ class AcpBackend:
             return
         if turn is None or turn.finished:
             if self._side_emit is not None:
-                await self._side_emit(StreamEvent("update", update))
+                await self._side_emit(event_of_update(update))
                 return
             logger.debug(
                 "ACP agent %s: late update dropped: %s", self.label, update.get("sessionUpdate")
@@ -655,7 +655,10 @@ class AcpBackend:
         least = choose_option(options, "reject")
         if ctx.permission_handler is None:
             return selected(least)
-        request = PermissionRequest(self.label, ctx.run_id, tool_call, options)
+        meta = params.get("_meta")
+        request = PermissionRequest(
+            self.label, ctx.run_id, tool_call, options, meta if isinstance(meta, dict) else None
+        )
         try:
             with anyio.move_on_after(self.config.permission_timeout_s) as waited:
                 choice = await ctx.permission_handler(request)

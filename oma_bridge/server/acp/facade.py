@@ -28,6 +28,7 @@ import anyio
 from oma_bridge._version import __version__
 from oma_bridge.backends import ElicitationRequest
 from oma_bridge.backends.acp.backend import AcpBackend
+from oma_bridge.backends.acp.turn import update_of_event
 from oma_bridge.errors import InvalidMessageError, OMAError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.results import StreamEvent
@@ -515,7 +516,9 @@ class _Connection:
         hosted.use(session)
 
         async def journal(event: StreamEvent) -> None:
-            await self.service.journal_update(hosted, event.data)
+            update = update_of_event(event)
+            if update is not None:
+                await self.service.journal_update(hosted, update)
 
         forwarded = {key: value for key, value in params.items() if key != "sessionId"}
         try:

@@ -129,6 +129,8 @@ def updates_of(entry: dict[str, Any], *, replay: bool) -> list[dict[str, Any]]:
         return [entry["update"]]
     if kind != "event":
         return []
+    if "update" in entry:  # a chunk with more than its text: as the agent sent it
+        return [entry["update"]]
     event = entry["event"]
     data = event.get("data")
     match event.get("type"):

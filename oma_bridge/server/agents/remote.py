@@ -157,12 +157,9 @@ class Remote:
                         if w.session.capabilities.permissions
                     ]
                     + [
-                        (
-                            client.session,
-                            "session/request_permission",
-                            client.permission_params(params),
-                        )
+                        (client.session, "session/request_permission", acp_params)
                         for client in hosted.acp_clients.values()
+                        if (acp_params := _with_meta(client.permission_params(params), request))
                     ]
                 )
             decided = await self._decide(stages, lambda answer: _answers(answer, request))
@@ -310,6 +307,11 @@ class Remote:
             else {"outcome": "cancelled"},
             decidedBy=by,
         )
+
+
+def _with_meta(params: dict[str, Any], request: PermissionRequest) -> dict[str, Any]:
+    """ACP params carry the agent's ``_meta`` on (the daemon's ``permission/request`` has none)."""
+    return {**params, "_meta": dict(request.meta)} if request.meta else params
 
 
 def _decided_by(winner: Session) -> dict[str, Any]:

@@ -386,10 +386,18 @@ class AgentService:
 
         async def emit(event: StreamEvent) -> None:
             wire = event.to_wire()
+            raw = event.acp_update
             if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
                 entry = await _journal(hosted, {"type": "update", "update": wire["data"]})
-            else:
+            elif raw is None:
                 entry = await _journal(hosted, {"type": "event", "runId": run_id, "event": wire})
+            elif wire["type"] in ("text", "reasoning"):
+                # A chunk with more than its text: the entry keeps the update as
+                # sent, for the ACP facade to relay unchanged (docs/acp.md).
+                data = {"type": "event", "runId": run_id, "event": wire, "update": raw}
+                entry = await _journal(hosted, data)
+            else:  # a typed ACP update (D15): journaled raw as every update is, streamed typed
+                entry = await _journal(hosted, {"type": "update", "update": raw})
             if method == "agent/stream":
                 # One frame per event, sent before the next is made: the caller's
                 # socket paces the run (a client that stops reading is dropped
@@ -433,10 +441,9 @@ class AgentService:
         run.cancel = lambda: agent.cancel(run_id)
         return await self._serve(run, hosted, execute, keep_going)
 
-    async def journal_update(self, hosted: HostedAgent, update: Any) -> None:
+    async def journal_update(self, hosted: HostedAgent, update: dict[str, Any]) -> None:
         """Journal a raw ACP update that came outside any run (while a session setting was sent)."""
-        if isinstance(update, dict):
-            await _journal(hosted, {"type": "update", "update": update})
+        await _journal(hosted, {"type": "update", "update": update})
 
     def _end_run(self, hosted: HostedAgent) -> None:
         hosted.meta["updatedAt"] = time.time()
