@@ -72,18 +72,36 @@ def elicitations(facade: Facade) -> list[dict[str, Any]]:
     return [r for r in facade.audit() if r["event"] == "elicitation"]
 
 
-async def test_an_elicitation_reaches_a_client_that_advertised_forms(facade: Facade) -> None:
+async def answered(
+    facade: Facade,
+    prompt: str,
+    method: str,
+    reply: dict[str, Any],
+    *,
+    name: str = "raw-client",
+    capabilities: dict[str, Any] | None = None,
+) -> tuple[RawClient, str, dict[str, Any], dict[str, Any]]:
+    """A turn of a new scenario session whose agent asks one ``method`` request, answered
+    ``reply``: the client (closed), the session, the request and the prompt's answer."""
     client = await facade.raw("scenario")
     try:
         with anyio.fail_after(30):
-            await client.initialize("editor", FORMS)
+            await client.initialize(name, capabilities)
             session_id = await client.new(facade.work)
-            turn = await client.start_prompt(session_id, text("elicit"))
-            asked = await client.next_request("elicitation/create")
-            await client.answer(asked, {"result": {"action": "accept", "content": {"name": "Ada"}}})
+            turn = await client.start_prompt(session_id, text(prompt))
+            asked = await client.next_request(method)
+            await client.answer(asked, reply)
             answer = await client.until_answer(turn)
     finally:
         await client.close()
+    return client, session_id, asked, answer
+
+
+async def test_an_elicitation_reaches_a_client_that_advertised_forms(facade: Facade) -> None:
+    accept = {"result": {"action": "accept", "content": {"name": "Ada"}}}
+    client, session_id, asked, answer = await answered(
+        facade, "elicit", "elicitation/create", accept, name="editor", capabilities=FORMS
+    )
     assert answer["result"] == {"stopReason": "end_turn"}
     params = asked["params"]
     assert params["sessionId"] == session_id  # the facade's, not the downstream agent's
@@ -114,19 +132,11 @@ async def test_with_nobody_able_to_answer_the_agent_gets_cancel(facade: Facade) 
 
 
 async def test_a_malformed_answer_is_no_answer(facade: Facade) -> None:
-    client = await facade.raw("scenario")
-    try:
-        with anyio.fail_after(30):
-            await client.initialize("sloppy", FORMS)
-            session_id = await client.new(facade.work)
-            turn = await client.start_prompt(session_id, text("elicit"))
-            asked = await client.next_request("elicitation/create")
-            # Content with a decline is not an answer ACP knows: nothing of it goes on.
-            bad = {"action": "decline", "content": {"name": "Eve"}}
-            await client.answer(asked, {"result": bad})
-            answer = await client.until_answer(turn)
-    finally:
-        await client.close()
+    # Content with a decline is not an answer ACP knows: nothing of it goes on.
+    bad = {"result": {"action": "decline", "content": {"name": "Eve"}}}
+    client, _, _, answer = await answered(
+        facade, "elicit", "elicitation/create", bad, capabilities=FORMS
+    )
     assert answer["result"] == {"stopReason": "end_turn"}
     assert said(client) == "elicitation:cancel:null"
     [record] = elicitations(facade)
@@ -335,18 +345,10 @@ async def test_session_state_is_typed_on_the_daemons_protocol(facade: Facade) ->
 
 
 async def test_a_permission_request_keeps_its_meta(facade: Facade) -> None:
-    client = await facade.raw("scenario")
-    try:
-        with anyio.fail_after(30):
-            await client.initialize()
-            session_id = await client.new(facade.work)
-            turn = await client.start_prompt(session_id, text("tools"))
-            asked = await client.next_request("session/request_permission")
-            selected = {"outcome": {"outcome": "selected", "optionId": "ao"}}
-            await client.answer(asked, {"result": selected})
-            answer = await client.until_answer(turn)
-    finally:
-        await client.close()
+    selected = {"result": {"outcome": {"outcome": "selected", "optionId": "ao"}}}
+    client, _, asked, answer = await answered(
+        facade, "tools", "session/request_permission", selected
+    )
     assert answer["result"] == {"stopReason": "end_turn"}
     assert asked["params"]["_meta"] == {"traceparent": RICH[0]["_meta"]["traceparent"]}
     assert said(client) == "permission:ao"
