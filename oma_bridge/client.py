@@ -62,7 +62,7 @@ from oma_bridge.rpc import ConnectionClosedError, Peer, PendingCall, unwrap_sing
 from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
 
 if TYPE_CHECKING:  # the backends package (and the messages it brings) is not for clients
-    from oma_bridge.backends import PermissionHandler
+    from oma_bridge.backends import ElicitationHandler, PermissionHandler
 
 __all__ = [
     "Client",
@@ -457,9 +457,11 @@ class Client:
         peer: Peer,
         permission_handler: PermissionHandler | None,
         declare_hooks: Sequence[str] = ("beforeRun", "afterRun"),
+        elicitation_handler: ElicitationHandler | None = None,
     ) -> None:
         self.peer = peer
         self.permission_handler = permission_handler
+        self.elicitation_handler = elicitation_handler
         self.declare_hooks = tuple(declare_hooks)
         self.server_info: dict[str, Any] = {}
         self.profiles: list[dict[str, Any]] = []
@@ -481,6 +483,8 @@ class Client:
         capabilities: dict[str, Any] = {"hooks": list(self.declare_hooks)}
         if self.permission_handler is not None:
             capabilities["permissions"] = True
+        if self.elicitation_handler is not None:
+            capabilities["elicitation"] = True
         answer = await self.request(
             "initialize",
             {
@@ -754,6 +758,15 @@ class Client:
             raise WireError(-32602, "params must be an object")
         if method == "permission/request":
             return await self._answer_permission(params)
+        if method == "elicitation/request" and self.elicitation_handler is not None:
+            from oma_bridge.backends import ElicitationRequest
+
+            asked = {k: v for k, v in params.items() if k not in ("agentId", "runId")}
+            run_id = params.get("runId")
+            request = ElicitationRequest(
+                str(params.get("agentId", "")), run_id if isinstance(run_id, str) else None, asked
+            )
+            return dict(await self.elicitation_handler(request))
         agent = self._agents.get(str(params.get("agentId")))
         if method == "hook/beforeRun" and agent is not None and agent.before_run is not None:
             answer = await invoke(agent.before_run, params.get("context"))
@@ -888,6 +901,7 @@ async def connect(
     permission_handler: PermissionHandler | None = None,
     client_name: str = "oma-bridge-client",
     declare_hooks: Sequence[str] = ("beforeRun", "afterRun"),
+    elicitation_handler: ElicitationHandler | None = None,
 ) -> AsyncIterator[Client]:
     """Connect and ``initialize``.  With neither ``socket`` nor ``url``, the
     discovery file says where the daemon is (and gives its token).
@@ -901,7 +915,8 @@ async def connect(
 
     ``declare_hooks`` are the hooks this connection offers to serve
     (both by default); permission prompts are declared when a
-    ``permission_handler`` is given."""
+    ``permission_handler`` is given, elicitations (an ACP agent asking the
+    user for input, ``docs/acp.md``) when an ``elicitation_handler`` is."""
     if token is not None and token_file is not None:
         raise ConnectOptionError("give token or token_file, not both")
     if token_file is not None:
@@ -958,12 +973,13 @@ async def connect(
             on_notification=lambda method, params: client._on_notification(method, params),
             cancel_param="id",
         )
-        client = Client(peer, permission_handler, declare_hooks)
+        client = Client(peer, permission_handler, declare_hooks, elicitation_handler)
         client.connect_options = {
             "socket": socket,
             "url": url,
             "token": token,
             "permission_handler": permission_handler,
+            "elicitation_handler": elicitation_handler,
             "client_name": client_name,
             "declare_hooks": declare_hooks,
         }

@@ -25,6 +25,7 @@ __all__ = [
     "LLMCallTimeoutError",
     "OMAError",
     "ProviderError",
+    "RefusedError",
     "RunCancelledError",
     "RunTimeoutError",
     "StructuredOutputValidationError",
@@ -175,6 +176,18 @@ class AuthRequiredError(BackendError):
     """An ACP agent answered -32000: it needs authentication (docs/contract.md §11.33)."""
 
     code = "AUTH_REQUIRED"
+    retryable = False
+
+
+class RefusedError(BackendError):
+    """An ACP agent ended its turn with ``stopReason: "refusal"`` (docs/acp.md).
+
+    A failed run on the daemon's own protocol, as any refused ACP turn is
+    (docs/contract.md §7); its code lets the ACP facade answer its own client
+    ``stopReason: "refusal"`` instead of an error.
+    """
+
+    code = "REFUSED"
     retryable = False
 
 

@@ -33,8 +33,25 @@ ErrorKind: TypeAlias = Literal[
     "callback", "backend", "provider", "timeout", "cancelled", "budget", "internal"
 ]
 StreamEventType: TypeAlias = Literal[
-    "text", "reasoning", "tool_use", "tool_result", "budget_exceeded", "done", "error", "update"
+    "text",
+    "reasoning",
+    "tool_use",
+    "tool_result",
+    "budget_exceeded",
+    "done",
+    "error",
+    "update",
+    # An ACP agent's session state, typed (docs/decisions.md D15): ``data`` is
+    # the update without its ``sessionUpdate``.
+    "plan",
+    "usage_update",
+    "available_commands_update",
+    "current_mode_update",
 ]
+#: The ACP ``sessionUpdate`` kinds that are stream events of their own type.
+ACP_TYPED_UPDATES = frozenset(
+    {"plan", "usage_update", "available_commands_update", "current_mode_update"}
+)
 
 #: OMA caps ``status.message`` at 256 characters and ``errorInfo.message`` at 1,024.
 STATUS_MESSAGE_LIMIT = 256
@@ -278,11 +295,17 @@ class StreamEvent:
     ``data`` is a string for ``text`` and ``reasoning``, the block for
     ``tool_use`` / ``tool_result``, the :class:`AgentRunResult` for ``done``,
     an :class:`~oma_bridge.errors.OMAError` (or any exception) for ``error``
-    and ``budget_exceeded``, and the raw ACP update for ``update``.
+    and ``budget_exceeded``, the raw ACP update for ``update``, and the ACP
+    update without its ``sessionUpdate`` for the typed ACP kinds (``plan``,
+    ``usage_update``, ``available_commands_update``, ``current_mode_update``).
     """
 
     type: StreamEventType
     data: Any
+    #: The ACP update this event came from, when it must be relayed as the agent
+    #: sent it (the typed kinds; a text or thought chunk carrying more than its
+    #: text: ``messageId``, ``_meta``, ``annotations``).  Not part of the wire event.
+    acp_update: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_wire(self) -> dict[str, Any]:
         data = self.data

@@ -461,7 +461,11 @@ async def _session(rec: Recorder) -> None:
     init = {
         "protocolVersion": 1,
         "clientInfo": {"name": "schema-test", "version": "0"},
-        "capabilities": {"hooks": ["beforeRun", "afterRun"], "permissions": True},
+        "capabilities": {
+            "hooks": ["beforeRun", "afterRun"],
+            "permissions": True,
+            "elicitation": True,
+        },
     }
     assert "result" in await rec.call("initialize", init)
     assert (await rec.call("initialize", init))["error"]["code"] == -32600
@@ -561,6 +565,9 @@ async def _session(rec: Recorder) -> None:
     assert tools["result"]["output"] == "permission:ao"
     thought = await rec.call("agent/stream", {"agentId": acp, "input": "thought"})
     assert thought["result"]["output"] == "answer"
+    rec.handlers["elicitation/request"] = lambda p: {"action": "accept", "content": {"name": "A"}}
+    elicited = await rec.call("agent/stream", {"agentId": acp, "input": "elicit"})
+    assert elicited["result"]["output"] == 'elicitation:accept:{"name": "A"}'
     rec.ignore.add("permission/request")
     await rec.call("agent/stream", {"agentId": acp, "input": "hang"})
     rec.ignore.discard("permission/request")
@@ -658,7 +665,7 @@ async def test_frames_of_a_real_session_validate() -> None:
     seen = _check_frames(rec, document)
     unseen_methods = set(document["x-methods"]) - seen
     assert unseen_methods == set(), unseen_methods
-    events = {"text", "reasoning", "update", "budget_exceeded", "done", "error"}
+    events = {"text", "reasoning", "update", "plan", "budget_exceeded", "done", "error"}
     assert {f"event:{kind}" for kind in events} <= seen
     progress = {"agent_start", "agent_complete", "task_start", "task_complete", "task_failed"}
     progress |= {"task_skipped", "task_retry"}

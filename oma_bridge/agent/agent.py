@@ -18,6 +18,7 @@ from oma_bridge.backends import (
     Backend,
     BackendKind,
     BackendOutcome,
+    ElicitationHandler,
     Emit,
     PermissionHandler,
     RunContext,
@@ -112,11 +113,14 @@ class Agent:
         config: AgentConfig,
         *,
         permission_handler: PermissionHandler | None = None,
+        elicitation_handler: ElicitationHandler | None = None,
     ) -> None:
         if isinstance(config.backend, LlmConfig):
             config.backend.check(config.name)
         self.config = config
         self.permission_handler = permission_handler
+        #: Answers an ACP agent's ``elicitation/create`` (every run); none: ``cancel``.
+        self.elicitation_handler = elicitation_handler
         self._history: list[LLMMessage] = config.history_messages()
         self._state = AgentState()
         self._backend: Backend | None = None
@@ -277,6 +281,13 @@ class Agent:
 
     # -- the run -------------------------------------------------------------
 
+    def ensure_backend(self) -> Backend:
+        """The backend, created now if no run created it yet (for requests between runs:
+        an ACP session's mode and config options, docs/acp.md)."""
+        if self._closed:
+            raise BackendError(f'Agent "{self.name}" is closed')
+        return self._get_backend()
+
     def _get_backend(self) -> Backend:
         if self._backend is None:
             self._backend = self.config.backend.create(agent_name=self.config.name)
@@ -359,6 +370,7 @@ class Agent:
                     max_token_budget=budget,
                     max_turns=self.config.max_turns,
                     permission_handler=permission_handler,
+                    elicitation_handler=self.elicitation_handler,
                 )
                 try:
                     outcome = await self._get_backend().run(context)

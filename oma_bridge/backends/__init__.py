@@ -38,6 +38,8 @@ __all__ = [
     "BackendConfig",
     "BackendKind",
     "BackendOutcome",
+    "ElicitationHandler",
+    "ElicitationRequest",
     "Emit",
     "PermissionHandler",
     "PermissionOption",
@@ -68,11 +70,40 @@ class PermissionRequest:
     run_id: str
     tool_call: Mapping[str, Any]  # {"toolCallId", "title"?, "kind"?, "rawInput"?}
     options: tuple[PermissionOption, ...]
+    #: The request's ``_meta`` (W3C trace context, say), relayed to ACP clients as sent.
+    meta: Mapping[str, Any] | None = None
 
 
 #: Answers a permission request with the chosen ``optionId``, or ``None`` for
 #: ``cancelled``.  Used when a profile says ``permission = "client"``.
 PermissionHandler: TypeAlias = Callable[[PermissionRequest], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class ElicitationRequest:
+    """An external agent asks the user for input (ACP ``elicitation/create``).
+
+    ``params`` are the agent's, without its own ``sessionId`` / ``requestId``
+    (they name the backend's session and requests, nobody else's):
+    ``message``, ``mode`` (``"form"`` with ``requestedSchema``, or ``"url"``
+    with ``url`` and ``elicitationId``), ``toolCallId``?, ``_meta``?.
+    """
+
+    agent_name: str
+    #: The run the request came during (``None``: between runs).
+    run_id: str | None
+    params: Mapping[str, Any]
+
+    @property
+    def mode(self) -> str:
+        mode = self.params.get("mode")
+        return mode if isinstance(mode, str) else "form"
+
+
+#: Answers an elicitation with the ACP answer: ``{"action": "accept",
+#: "content"?}``, ``{"action": "decline"}`` or ``{"action": "cancel"}``.  An
+#: answer of another shape is taken as ``cancel`` (docs/acp.md, "Elicitations").
+ElicitationHandler: TypeAlias = Callable[[ElicitationRequest], Awaitable[Mapping[str, Any]]]
 
 
 @dataclass
@@ -89,6 +120,8 @@ class RunContext:
     max_token_budget: int | None = None
     max_turns: int = 10
     permission_handler: PermissionHandler | None = None
+    #: Who answers an ACP agent's ``elicitation/create``; ``None``: ``cancel``.
+    elicitation_handler: ElicitationHandler | None = None
     #: Free-form per-run data for observers (trace spans, metadata).
     extras: dict[str, Any] = field(default_factory=dict)
 

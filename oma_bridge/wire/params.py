@@ -59,6 +59,8 @@ class Capabilities(WireParams):
 
     hooks: tuple[Literal["beforeRun", "afterRun"], ...] = ()
     permissions: StrictBool = False
+    #: Extension: this client answers ``elicitation/request`` (docs/protocol.md).
+    elicitation: StrictBool = False
 
 
 class InitializeParams(WireParams):

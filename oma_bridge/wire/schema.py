@@ -245,6 +245,49 @@ class UpdateEvent(TypedDict):
     data: AcpSessionUpdate
 
 
+def _acp_state_schema(schema: dict[str, Any]) -> None:
+    schema["description"] = (
+        "The ACP update without its sessionUpdate, as the agent sent it (ACP schema 1.x)."
+    )
+
+
+@with_config(ConfigDict(extra="allow", json_schema_extra=_acp_state_schema))
+class AcpStateData(TypedDict):
+    pass
+
+
+@with_config(_CLOSED)
+class PlanEvent(TypedDict):
+    """Extension (D15): an ACP agent's ``plan`` (``data.entries``)."""
+
+    type: Literal["plan"]
+    data: AcpStateData
+
+
+@with_config(_CLOSED)
+class UsageUpdateEvent(TypedDict):
+    """Extension (D15): an ACP agent's ``usage_update`` (``data.used``, ``size``, ``cost``?)."""
+
+    type: Literal["usage_update"]
+    data: AcpStateData
+
+
+@with_config(_CLOSED)
+class AvailableCommandsUpdateEvent(TypedDict):
+    """Extension (D15): an ACP agent's commands (``data.availableCommands``)."""
+
+    type: Literal["available_commands_update"]
+    data: AcpStateData
+
+
+@with_config(_CLOSED)
+class CurrentModeUpdateEvent(TypedDict):
+    """Extension (D15): an ACP agent's ``current_mode_update`` (``data.currentModeId``)."""
+
+    type: Literal["current_mode_update"]
+    data: AcpStateData
+
+
 StreamEvent: TypeAlias = (
     TextEvent
     | ReasoningEvent
@@ -254,6 +297,10 @@ StreamEvent: TypeAlias = (
     | DoneEvent
     | ErrorEvent
     | UpdateEvent
+    | PlanEvent
+    | UsageUpdateEvent
+    | AvailableCommandsUpdateEvent
+    | CurrentModeUpdateEvent
 )
 
 
@@ -282,6 +329,9 @@ class EventEntry(TypedDict):
     type: Literal["event"]
     runId: str
     event: StreamEvent
+    #: acp: the chunk a text or reasoning event came from, when it carries more
+    #: than its text (``messageId``, ``_meta``, ``annotations``): docs/acp.md.
+    update: NotRequired[AcpSessionUpdate]
 
 
 @with_config(_CLOSED)
@@ -724,6 +774,32 @@ class PermissionAnswer(TypedDict):
     outcome: SelectedOutcome | CancelledOutcome
 
 
+@with_config(_OPEN)
+class ElicitationRequestParams(TypedDict):
+    """Extension: an ACP agent's ``elicitation/create`` params, without its ``sessionId``
+    / ``requestId``, plus whose they are (docs/acp.md, "Elicitations")."""
+
+    agentId: str
+    #: null between runs.
+    runId: str | None
+    message: str
+    mode: Literal["form", "url"]
+    requestedSchema: NotRequired[dict[str, Any]]
+    url: NotRequired[str]
+    elicitationId: NotRequired[str]
+    toolCallId: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class ElicitationAnswer(TypedDict):
+    """Anything else counts as no answer; with no valid answer the agent gets ``cancel``."""
+
+    action: Literal["accept", "decline", "cancel"]
+    #: With ``accept`` only: the form's values.
+    content: NotRequired[dict[str, Any]]
+    _meta: NotRequired[dict[str, Any]]
+
+
 @with_config(_CLOSED)
 class CancelRequestParams(TypedDict):
     """``$/cancel_request``: the daemon sends ``id``; it accepts ``id`` or ``requestId``."""
@@ -965,6 +1041,14 @@ METHODS: dict[str, MethodSpec] = {
         PermissionAnswer,
         (),
         "to the connection that started the run",
+    ),
+    "elicitation/request": MethodSpec(
+        "daemon→client",
+        ElicitationRequestParams,
+        ElicitationAnswer,
+        (),
+        "extension: an ACP agent asks the user; to the run's connection, then watchers, "
+        "that declared elicitation",
     ),
     "$/cancel_request": MethodSpec(
         "both", CancelRequestParams, None, (), "withdraw a pending request"

@@ -180,9 +180,10 @@ async def test_failed_authenticate_and_auth_at_prompt(tmp_path: Path) -> None:
 
 async def test_thoughts_and_plans_reach_the_stream(tmp_path: Path) -> None:
     outcome, rec = await _one(scenario_config(tmp_path), "thought")
-    assert [e.type for e in rec.events] == ["reasoning", "update", "text"]
+    assert [e.type for e in rec.events] == ["reasoning", "plan", "text"]
     assert rec.of("reasoning") == ["thinking..."]
-    assert rec.of("update")[0]["sessionUpdate"] == "plan"
+    [plan] = rec.of("plan")
+    assert plan["entries"][0]["content"] == "step one" and "sessionUpdate" not in plan
     assert outcome.output == "answer"
 
 
@@ -197,8 +198,9 @@ async def test_unknown_update_kinds_are_kept_raw(tmp_path: Path) -> None:
 async def test_updates_before_the_session_new_answer(tmp_path: Path) -> None:
     config = scenario_config(tmp_path, env={"ACP_TEST_EARLY": "1"})
     outcome, rec = await _one(config, "echo hi")
-    kinds = [u["sessionUpdate"] for u in rec.of("update")]
-    assert kinds == ["available_commands_update", "usage_update"]
+    assert [e.type for e in rec.events] == ["available_commands_update", "text", "usage_update"]
+    [commands] = rec.of("available_commands_update")
+    assert commands["availableCommands"][0]["name"] == "web"
     assert outcome.output == "echo hi"
 
 

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from oma_bridge.agent import Agent, AgentConfig
+from oma_bridge.backends import ElicitationRequest
 from oma_bridge.backends.acp import AcpConfig
 from oma_bridge.errors import InvalidMessageError
 
@@ -27,10 +28,10 @@ async def test_run_and_stream_share_the_session(tmp_path: Path) -> None:
         assert result.success and result.output == "Be brief.\n\necho one"
         assert result.status.code == "ok"
         events = [event async for event in agent.stream("thought")]
-        assert [e.type for e in events] == ["reasoning", "update", "text", "done"]
+        assert [e.type for e in events] == ["reasoning", "plan", "text", "done"]
         done = events[-1].data
         assert done.output == "answer" and done.success
-        assert events[1].to_wire()["data"]["sessionUpdate"] == "plan"
+        assert events[1].to_wire()["data"]["entries"][0]["content"] == "step one"
     finally:
         await agent.close()
 
@@ -69,3 +70,56 @@ async def test_close_leaves_no_process(tmp_path: Path) -> None:
     assert pid is not None
     await agent.close()
     assert not group_alive(pid)
+
+
+async def test_an_elicitation_goes_to_the_agents_handler(tmp_path: Path) -> None:
+    asked: list[ElicitationRequest] = []
+
+    async def fill(request: ElicitationRequest) -> dict[str, object]:
+        asked.append(request)
+        return {"action": "accept", "content": {"name": "Ada"}}
+
+    agent = Agent(
+        AgentConfig(name="coder", backend=scenario_config(tmp_path)), elicitation_handler=fill
+    )
+    try:
+        with anyio.fail_after(20):
+            result = await agent.run("elicit", run_id="run-e")
+            url = await agent.run("elicit url")
+    finally:
+        await agent.close()
+    assert result.output == 'elicitation:accept:{"name": "Ada"}'
+    first, second = asked
+    assert (first.agent_name, first.run_id, first.mode) == ("coder", "run-e", "form")
+    assert first.params["toolCallId"] == "t9" and "sessionId" not in first.params
+    assert second.mode == "url" and second.params["url"] == "https://example.com/login"
+    assert url.output.startswith("elicitation:accept:")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,
+        {"action": "maybe"},
+        {"action": "accept", "content": "Ada"},
+        {"action": "cancel", "x": 1},
+    ],
+    ids=["no-handler", "unknown-action", "content-not-an-object", "extra-key"],
+)
+async def test_without_a_valid_answer_the_agent_gets_cancel(
+    tmp_path: Path, answer: dict[str, object] | None
+) -> None:
+    async def reply(request: ElicitationRequest) -> dict[str, object]:
+        assert answer is not None
+        return answer
+
+    agent = Agent(
+        AgentConfig(name="coder", backend=scenario_config(tmp_path)),
+        elicitation_handler=None if answer is None else reply,
+    )
+    try:
+        with anyio.fail_after(20):
+            result = await agent.run("elicit")
+    finally:
+        await agent.close()
+    assert result.output == "elicitation:cancel:null"

@@ -144,9 +144,13 @@ async def test_turn_maps_updates_and_tool_calls() -> None:
         "update",
         "update",
         "update",
-        "update",
+        "usage_update",
         "text",
     ]
+    # A typed event (D15): the update without its discriminator, the update kept as sent.
+    usage = events[5]
+    assert usage.data == {"used": 5, "size": 10}
+    assert usage.acp_update == updates[5]
 
 
 def test_fs_confinement(tmp_path: Path) -> None:

@@ -368,15 +368,51 @@ class RawClient:
             if answer.get("id") == request_id and "method" not in answer:
                 return answer
 
-    async def initialize(self, name: str = "raw-client") -> dict[str, Any]:
+    async def initialize(
+        self, name: str = "raw-client", capabilities: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         return await self.call(
             "initialize",
             {
                 "protocolVersion": 1,
-                "clientCapabilities": {},
+                "clientCapabilities": capabilities or {},
                 "clientInfo": {"name": name, "version": "1"},
             },
         )
+
+    async def answer(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        """Answer a request of the daemon; ``reply``: ``{"result": ...}`` or ``{"error": ...}``."""
+        await self.send({"jsonrpc": "2.0", "id": request["id"], **reply})
+
+    async def next_request(self, method: str) -> dict[str, Any]:
+        """Read on until the daemon sends a request of ``method``."""
+        while True:
+            message = await self.receive()
+            if message.get("method") == method and "id" in message:
+                return message
+
+    async def next_notification(self, method: str) -> dict[str, Any]:
+        """Read on until the daemon sends a notification of ``method``."""
+        while True:
+            message = await self.receive()
+            if message.get("method") == method and "id" not in message:
+                return message
+
+    async def until_answer(self, request_id: int) -> dict[str, Any]:
+        """Read on until the answer to our request ``request_id``."""
+        while True:
+            message = await self.receive()
+            if message.get("id") == request_id and "method" not in message:
+                return message
+
+    async def start_prompt(self, session_id: str, *blocks: dict[str, Any]) -> int:
+        """Send a ``session/prompt`` without waiting for its answer; its request id."""
+        request_id = next(self._ids)
+        params = {"sessionId": session_id, "prompt": list(blocks)}
+        await self.send(
+            {"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": params}
+        )
+        return request_id
 
     async def new(self, cwd: Path | str) -> str:
         answer = await self.call("session/new", {"cwd": str(cwd), "mcpServers": []})

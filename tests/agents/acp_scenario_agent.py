@@ -11,6 +11,7 @@ answering session/new), ``ACP_TEST_RESUME=1`` (advertise ``session/resume``).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,14 @@ import acp
 from acp import RequestError, schema
 
 PROC_TREE = str(Path(__file__).with_name("proc_tree.py"))
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+#: What ``rich`` sends: chunks with more than their text (``messageId``, ``_meta`` with
+#: W3C trace context, ``annotations``) and the session-state kinds.
+RICH: list[dict[str, Any]] = json.loads(
+    Path(__file__).with_name("acp_rich_updates.json").read_text()
+)
 
 
 def _text_of(prompt: list[Any]) -> str:
@@ -110,6 +119,19 @@ class ScenarioAgent:
         self.sessions[session_id]["model"] = f"{config_id}={value}"
         return schema.SetSessionConfigOptionResponse(config_options=[])
 
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **kwargs: Any
+    ) -> schema.SetSessionModeResponse:
+        """Any mode but ``bad``; says so with a ``current_mode_update`` before answering."""
+        if mode_id == "bad":
+            raise RequestError.invalid_params({"modeId": "no such mode"})
+        self.sessions[session_id]["mode"] = mode_id
+        await self.conn.session_update(
+            session_id,
+            schema.CurrentModeUpdate(session_update="current_mode_update", current_mode_id=mode_id),
+        )
+        return schema.SetSessionModeResponse(field_meta={"scenario/mode": mode_id})
+
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self.cancelled[session_id].set()
 
@@ -138,6 +160,13 @@ class ScenarioAgent:
             sid,
             schema.UsageUpdate(session_update="usage_update", used=len(text) * 10, size=100000),
         )
+        return self._stop("end_turn")
+
+    async def do_settings(self, sid: str, text: str, rest: str) -> Any:
+        """``settings``: the session's mode and config option, as set by the client."""
+        session = self.sessions[sid]
+        mode, model = session.get("mode"), session["model"]
+        await self._say(sid, f"mode={mode} model={model} pid={os.getpid()}")
         return self._stop("end_turn")
 
     async def do_whoami(self, sid: str, text: str, rest: str) -> Any:
@@ -173,6 +202,7 @@ class ScenarioAgent:
                 schema.PermissionOption(option_id="ro", name="No", kind="reject_once"),
                 schema.PermissionOption(option_id="ra", name="Never", kind="reject_always"),
             ],
+            traceparent=TRACEPARENT,  # the request's _meta: W3C trace context
         )
         outcome = answer.outcome
         chosen = getattr(outcome, "option_id", None) or outcome.outcome
@@ -180,6 +210,34 @@ class ScenarioAgent:
             sid, acp.update_tool_call("t1", status="completed", raw_output="edited")
         )
         await self._say(sid, f"permission:{chosen}")
+        return self._stop("end_turn")
+
+    async def do_elicit(self, sid: str, text: str, rest: str) -> Any:
+        """``elicit [url]``: ask the user (a form with one ``name`` field, or a URL)."""
+        mode: Any
+        if rest == "url":
+            mode = schema.ElicitationUrlSessionMode(
+                session_id=sid, elicitation_id="e1", url="https://example.com/login"
+            )
+        else:
+            mode = schema.ElicitationFormSessionMode(
+                session_id=sid,
+                tool_call_id="t9",
+                requested_schema=schema.ElicitationSchema(
+                    properties={"name": {"type": "string"}}, required=["name"]
+                ),
+            )
+        answer = await self.conn.create_elicitation(message="Your name?", mode=mode)
+        content = json.dumps(getattr(answer, "content", None), sort_keys=True)
+        await self._say(sid, f"elicitation:{answer.action}:{content}")
+        return self._stop("end_turn")
+
+    async def do_rich(self, sid: str, text: str, rest: str) -> Any:
+        """``rich``: the updates of :data:`RICH`, as written (raw JSON, not the SDK models)."""
+        for update in RICH:
+            await self.conn._conn.send_notification(
+                "session/update", {"sessionId": sid, "update": update}
+            )
         return self._stop("end_turn")
 
     async def do_slow(self, sid: str, text: str, rest: str) -> Any:

@@ -554,5 +554,7 @@ async def test_an_acp_agents_raw_updates_are_update_entries(short_dir: Path) -> 
     plan = journal[2]["update"]
     assert plan["sessionUpdate"] == "plan" and plan["entries"][0]["content"] == "step one"
     assert journal[1]["event"] == {"type": "reasoning", "data": "thinking..."}
-    # The run's own stream still carries it as part one's `update` event.
-    assert {"type": "update", "data": plan} in streamed
+    # The run's own stream carries it as a typed `plan` event (D15), the update's
+    # fields without its discriminator, with the seq of its update entry.
+    data = {key: value for key, value in plan.items() if key != "sessionUpdate"}
+    assert {"type": "plan", "data": data} in streamed

@@ -43,20 +43,35 @@ import anyio.lowlevel
 from pydantic import ValidationError
 
 from oma_bridge._version import __version__
-from oma_bridge.backends import BackendKind, BackendOutcome, PermissionRequest, RunContext
+from oma_bridge.backends import (
+    BackendKind,
+    BackendOutcome,
+    ElicitationRequest,
+    Emit,
+    PermissionRequest,
+    RunContext,
+)
 from oma_bridge.backends.acp import fs
 from oma_bridge.backends.acp.config import AcpConfig
 from oma_bridge.backends.acp.schema import InitializeResponse, PromptResponse, SessionResponse
 from oma_bridge.backends.acp.stdio import AgentProcess
 from oma_bridge.backends.acp.terminal import Terminals
-from oma_bridge.backends.acp.turn import Turn
+from oma_bridge.backends.acp.turn import Turn, event_of_update
+from oma_bridge.backends.elicitation import CANCEL, valid_answer
 from oma_bridge.backends.permissions import (
     CANCELLED_OUTCOME,
     choose_option,
     parse_options,
     selected,
 )
-from oma_bridge.errors import AuthRequiredError, BackendError, OMAError, RunTimeoutError, WireError
+from oma_bridge.errors import (
+    AuthRequiredError,
+    BackendError,
+    OMAError,
+    RefusedError,
+    RunTimeoutError,
+    WireError,
+)
 from oma_bridge.messages import last_user_text
 from oma_bridge.observe import report
 from oma_bridge.redaction import redact
@@ -114,6 +129,8 @@ class AcpBackend:
         self._ctx: RunContext | None = None
         self._cancelling = False
         self._closed = False
+        #: Where updates go that arrive while a request outside a turn reads the agent.
+        self._side_emit: Emit | None = None
 
     # -- public ------------------------------------------------------------------
 
@@ -151,6 +168,63 @@ class AcpBackend:
             finally:
                 turn.finished = True
                 self._turn, self._ctx, self._cancelling = None, None, False
+                turn.over.set()
+
+    async def session_request(
+        self, method: str, params: dict[str, Any], *, emit: Emit | None = None
+    ) -> Any:
+        """Send a request of the session (``session/set_mode``, ``session/set_config_option``).
+
+        ``params`` get the agent's own ``sessionId``; the rest goes as it is,
+        and the agent's answer (or its error, a ``WireError``) comes back
+        unchanged.  During a turn the request goes at once (the turn reads
+        the connection); between turns the agent is started first if it is
+        not running, and read for as long as the request takes, with the
+        updates it sends meanwhile given to ``emit`` (else dropped).
+        """
+        if self._closed:
+            raise BackendError(f'ACP agent "{self.label}" is closed')
+        live, turn = self._live, self._turn
+        if live is not None and not live.dead and turn is not None and not turn.finished:
+            call = await live.peer.start_request(method, {**params, "sessionId": live.session_id})
+            answered = await self._during_turn(call, turn)
+            if answered:
+                return await call.wait()
+            async with self._lock, self._serving(live):  # the turn ended first: read on
+                return await call.wait()
+        async with self._lock:
+            if self._closed:
+                raise BackendError(f'ACP agent "{self.label}" is closed')
+            live = self._live
+            if live is not None and not live.dead and live.process.returncode is not None:
+                await self._end(live)
+            if self._live is None or self._live.dead:
+                live = await self._start()
+            assert live is not None
+            self._side_emit = emit
+            try:
+                async with self._serving(live):
+                    return await live.peer.request(method, {**params, "sessionId": live.session_id})
+            finally:
+                self._side_emit = None
+
+    @staticmethod
+    async def _during_turn(call: PendingCall, turn: Turn) -> bool:
+        """Wait for ``call``'s answer while ``turn`` reads it; ``False`` if the turn ends first."""
+        answered = False
+        async with anyio.create_task_group() as tg:
+
+            async def settle() -> None:
+                nonlocal answered
+                with contextlib.suppress(Exception):  # the error is read again by the caller
+                    await call.wait()
+                answered = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(settle)
+            await turn.over.wait()
+            tg.cancel_scope.cancel()
+        return answered
 
     async def aclose(self) -> None:
         """End the agent's whole process tree (no process of it survives).
@@ -241,7 +315,7 @@ class AcpBackend:
         )
         if stop_reason == "refusal":
             message = f'ACP agent "{self.label}" refused the task'
-            outcome.error = BackendError(f"{message}: {output}" if output else f"{message}.")
+            outcome.error = RefusedError(f"{message}: {output}" if output else f"{message}.")
         elif stop_reason in ("max_tokens", "max_turn_requests"):
             outcome.budget_exceeded = True
         elif stop_reason == "cancelled":
@@ -298,6 +372,8 @@ class AcpBackend:
         def answer(request_id: RequestId, method: str) -> Message | None:
             if method == "session/request_permission":
                 return peer.core.respond(request_id, CANCELLED_OUTCOME)
+            if method == "elicitation/create":
+                return peer.core.respond(request_id, CANCEL)
             return peer.core.respond_error(request_id, REQUEST_CANCELLED, "Request cancelled")
 
         return answer
@@ -358,6 +434,9 @@ class AcpBackend:
                 "clientCapabilities": {
                     "fs": {"readTextFile": serve_fs, "writeTextFile": serve_fs},
                     "terminal": config.terminal,
+                    # Always: an elicitation nobody can answer is answered
+                    # "cancel", which the agent handles as a user would.
+                    "elicitation": {"form": {}, "url": {}},
                 },
                 "clientInfo": {"name": _CLIENT_NAME, "title": self.label, "version": __version__},
             },
@@ -516,6 +595,9 @@ class AcpBackend:
             logger.debug("ACP agent %s: update for unknown session %r", self.label, session_id)
             return
         if turn is None or turn.finished:
+            if self._side_emit is not None:
+                await self._side_emit(event_of_update(update))
+                return
             logger.debug(
                 "ACP agent %s: late update dropped: %s", self.label, update.get("sessionUpdate")
             )
@@ -527,6 +609,8 @@ class AcpBackend:
             params = {}
         if method == "session/request_permission":
             return await self._on_permission(params)
+        if method == "elicitation/create":
+            return await self._on_elicitation(params)
         if method in ("fs/read_text_file", "fs/write_text_file") and self.config.fs == "cwd":
             who = self._who()
             if method == "fs/read_text_file":
@@ -571,7 +655,10 @@ class AcpBackend:
         least = choose_option(options, "reject")
         if ctx.permission_handler is None:
             return selected(least)
-        request = PermissionRequest(self.label, ctx.run_id, tool_call, options)
+        meta = params.get("_meta")
+        request = PermissionRequest(
+            self.label, ctx.run_id, tool_call, options, meta if isinstance(meta, dict) else None
+        )
         try:
             with anyio.move_on_after(self.config.permission_timeout_s) as waited:
                 choice = await ctx.permission_handler(request)
@@ -585,3 +672,34 @@ class AcpBackend:
             logger.warning("ACP agent %s: permission answer %r is no option", self.label, choice)
             return selected(least)
         return selected(choice)
+
+    async def _on_elicitation(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Ask the run's elicitation handler; ``cancel`` when nobody can answer."""
+        turn, ctx = self._turn, self._ctx
+        asked = {k: v for k, v in params.items() if k not in ("sessionId", "requestId")}
+        request = ElicitationRequest(self.label, ctx.run_id if ctx else None, asked)
+        handler = ctx.elicitation_handler if ctx is not None else None
+        if turn is None or turn.finished or self._cancelling or handler is None:
+            report(
+                "elicitation",
+                runId=request.run_id,
+                mode=request.mode,
+                action="cancel",
+                decidedBy="no-client",
+                **self._who(),
+            )
+            return CANCEL
+        try:
+            with anyio.move_on_after(self.config.permission_timeout_s) as waited:
+                answer = await handler(request)
+            if waited.cancelled_caught:
+                logger.info("ACP agent %s: elicitation timed out", self.label)
+                return CANCEL
+        except Exception:
+            logger.exception("ACP agent %s: elicitation handler failed", self.label)
+            return CANCEL
+        valid = valid_answer(answer)
+        if valid is None:
+            logger.warning("ACP agent %s: malformed elicitation answer taken as cancel", self.label)
+            return CANCEL
+        return valid

@@ -15,9 +15,17 @@ stream consumer needs:
 * ``tool_call`` / ``tool_call_update`` -> :class:`ToolCallRecord` when a
   call completes or fails (and the raw update as an ``update`` event);
 * ``usage_update`` -> the latest ``used``, telescoped into input tokens;
-* every other kind (plan, modes, config options, available commands,
-  session info, notices, kinds this client does not know) -> an ``update``
-  event carrying the raw update dict, so nothing is dropped.
+* ``plan``, ``usage_update``, ``available_commands_update`` and
+  ``current_mode_update`` -> a stream event of that type (docs/decisions.md
+  D15) whose ``data`` is the update without its ``sessionUpdate``;
+* every other kind (config options, session info, notices, kinds this
+  client does not know) -> an ``update`` event carrying the raw update dict,
+  so nothing is dropped.
+
+Every event made from an update that cannot be rebuilt from the event alone
+carries it as ``acp_update`` (the typed kinds; a chunk with a ``messageId``,
+``_meta`` or ``annotations``), so a relay can pass it on as it was sent.
+Such a chunk is never joined with others (``coalesce``).
 """
 
 from __future__ import annotations
@@ -26,12 +34,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import orjson
 
 from oma_bridge.backends import Emit
-from oma_bridge.results import StreamEvent, ToolCallRecord
+from oma_bridge.results import ACP_TYPED_UPDATES, StreamEvent, ToolCallRecord
 
-__all__ = ["Turn"]
+__all__ = ["Turn", "event_of_update", "update_of_event"]
 
 _TERMINAL_STATUSES = ("completed", "failed")
 _TURN_KINDS = frozenset(
@@ -51,6 +60,28 @@ class _Call:
     started: float
     title: str | None
     raw_input: Any
+
+
+def event_of_update(update: dict[str, Any]) -> StreamEvent:
+    """The stream event of a session-state update: typed for the kinds of D15, else ``update``."""
+    kind = update.get("sessionUpdate")
+    if kind in ACP_TYPED_UPDATES:
+        data = {key: value for key, value in update.items() if key != "sessionUpdate"}
+        return StreamEvent(kind, data, acp_update=update)
+    return StreamEvent("update", update)
+
+
+def update_of_event(event: StreamEvent) -> dict[str, Any] | None:
+    """The ACP update an event stands for, as the agent sent it (``None``: none)."""
+    if event.acp_update is not None:
+        return event.acp_update
+    return event.data if event.type == "update" and isinstance(event.data, dict) else None
+
+
+def _plain_chunk(update: dict[str, Any]) -> bool:
+    """Whether a text chunk is all its ``text`` event says (nothing to relay besides)."""
+    content = update["content"]
+    return len(update) == 2 and len(content) == 2
 
 
 def _content_text(update: dict[str, Any]) -> str | None:
@@ -87,6 +118,8 @@ class Turn:
     prompting: bool = False
     #: Set when the turn's answer arrived (or the turn was given up).
     finished: bool = False
+    #: Set once the turn is over and its reader stopped (see ``AcpBackend.session_request``).
+    over: anyio.Event = field(default_factory=anyio.Event)
     output_parts: list[str] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     last_used: int | None = None
@@ -134,22 +167,25 @@ class Turn:
             # session/load replay or late ones of an earlier turn: not this
             # turn's.  Session state (commands, modes, info) goes through.
             if kind not in _TURN_KINDS:
-                await self.emit(StreamEvent("update", update))
+                await self.emit(event_of_update(update))
             return
         if kind == "agent_message_chunk":
             text = _content_text(update)
             if text is not None:
                 self.output_parts.append(text)
-                if self.coalesce:
+                plain = _plain_chunk(update)
+                if self.coalesce and plain:
                     self._pending.append(text)
                 else:
-                    await self.emit(StreamEvent("text", text))
+                    await self.flush()
+                    await self.emit(StreamEvent("text", text, None if plain else update))
                 return
         await self.flush()  # every other event keeps its place after the text before it
         if kind == "agent_thought_chunk":
             text = _content_text(update)
             if text is not None:
-                await self.emit(StreamEvent("reasoning", text))
+                plain = _plain_chunk(update)
+                await self.emit(StreamEvent("reasoning", text, None if plain else update))
                 return
         elif kind == "usage_update":
             used = update.get("used")
@@ -159,7 +195,7 @@ class Turn:
             self._start_call(update)
         elif kind == "tool_call_update":
             self._update_call(update)
-        await self.emit(StreamEvent("update", update))
+        await self.emit(event_of_update(update))
 
     def _start_call(self, update: dict[str, Any]) -> None:
         call_id = update.get("toolCallId")

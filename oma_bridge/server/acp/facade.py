@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from oma_bridge._version import __version__
-from oma_bridge.errors import InvalidMessageError, WireError
+from oma_bridge.backends import ElicitationRequest
+from oma_bridge.backends.acp.backend import AcpBackend
+from oma_bridge.backends.acp.turn import update_of_event
+from oma_bridge.errors import InvalidMessageError, OMAError, WireError
+from oma_bridge.redaction import redact
+from oma_bridge.results import StreamEvent
+from oma_bridge.rpc import ConnectionClosedError
 from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
 from oma_bridge.server.agents.journal import Journal, Signal
@@ -72,8 +78,16 @@ class Attachment:
     which detaches it).
     """
 
-    def __init__(self, session: Session, hosted: HostedAgent, cursor: int) -> None:
+    def __init__(
+        self,
+        session: Session,
+        hosted: HostedAgent,
+        cursor: int,
+        capabilities: dict[str, Any] | None = None,
+    ) -> None:
         self.session = session
+        #: The client's ``clientCapabilities`` (who can answer what, PROTOCOL §12.7).
+        self.capabilities = capabilities or {}
         self.hosted = hosted
         self.journal: Journal = hosted.journal
         self.cursor = cursor
@@ -89,6 +103,13 @@ class Attachment:
             "toolCall": params["toolCall"],
             "options": params["options"],
         }
+
+    def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
+        """Only for a client that advertised the request's mode (``elicitation.form``/``url``)."""
+        modes = self.capabilities.get("elicitation")
+        if not isinstance(modes, dict) or not isinstance(modes.get(request.mode), dict):
+            return None
+        return {"sessionId": self.hosted.agent_id, **request.params}
 
     async def send_until_caught_up(self, *, replay: bool) -> None:
         journal = self.journal
@@ -178,8 +199,8 @@ class _Connection:
             "session/list": self._list,
             "session/close": self._close,
             "session/prompt": self._prompt,
-            "session/set_mode": self._passthrough,
-            "session/set_config_option": self._passthrough,
+            "session/set_mode": self._set_mode,
+            "session/set_config_option": self._set_config_option,
         }.get(method)
         if handler is None:
             raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
@@ -347,7 +368,7 @@ class _Connection:
         previous = self.attachments.pop(hosted.agent_id, None)
         if previous is not None:
             previous.detach()
-        attachment = Attachment(session, hosted, cursor)
+        attachment = Attachment(session, hosted, cursor, self.client_capabilities)
         self.attachments[hosted.agent_id] = attachment
         hosted.acp_clients[session] = attachment
         hosted.use(session)
@@ -470,13 +491,45 @@ class _Connection:
             if run.agent_id == session_id:
                 self.service.runs.cancel(run)
 
-    async def _passthrough(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+    async def _set_mode(self, session: Session, params: dict[str, Any]) -> Any:
+        return await self._passthrough(session, "session/set_mode", params)
+
+    async def _set_config_option(self, session: Session, params: dict[str, Any]) -> Any:
+        return await self._passthrough(session, "session/set_config_option", params)
+
+    async def _passthrough(self, session: Session, method: str, params: dict[str, Any]) -> Any:
+        """Forward a session setting to an acp profile's agent; its answer comes back as it is.
+
+        The agent is started (and its session opened) when it is not running
+        yet; updates it sends while the request is read are journaled, so
+        every attached client sees them (docs/acp.md, "Modes and config options").
+        """
         hosted = self._hosted(session, params.get("sessionId"))
-        raise WireError(
-            METHOD_NOT_FOUND,
-            f'profile "{hosted.profile_name}" ({hosted.agent.kind}) has no modes or config options '
-            "to set through the facade",
-        )
+        if hosted.agent.kind != "acp":
+            raise WireError(
+                METHOD_NOT_FOUND,
+                f'profile "{hosted.profile_name}" ({hosted.agent.kind}) has no modes or config '
+                "options to set: only acp profiles forward them",
+            )
+        backend = hosted.agent.ensure_backend()
+        assert isinstance(backend, AcpBackend)
+        hosted.use(session)
+
+        async def journal(event: StreamEvent) -> None:
+            update = update_of_event(event)
+            if update is not None:
+                await self.service.journal_update(hosted, update)
+
+        forwarded = {key: value for key, value in params.items() if key != "sessionId"}
+        try:
+            return await backend.session_request(method, forwarded, emit=journal)
+        except ConnectionClosedError as error:
+            message = f"the agent of session {hosted.agent_id} ended during {method}: {error}"
+            raise WireError(INTERNAL_ERROR, redact(message)) from None
+        except WireError:
+            raise  # the agent's own error answer, relayed as it is
+        except OMAError as error:  # it could not be started
+            raise WireError(INTERNAL_ERROR, redact(error.message)) from None
 
     def _detach_all(self) -> None:
         for attachment in list(self.attachments.values()):

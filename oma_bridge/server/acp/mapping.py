@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from oma_bridge.errors import WireError
+from oma_bridge.errors import RefusedError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS
 
 __all__ = ["prompt_input", "stop_reason", "updates_of"]
 
 _REFUSED = {"name": "InvalidMessageError", "code": "INVALID_MESSAGE"}
+REFUSED_CODE = RefusedError.code
 
 
 def _refuse(message: str) -> WireError:
@@ -128,6 +129,8 @@ def updates_of(entry: dict[str, Any], *, replay: bool) -> list[dict[str, Any]]:
         return [entry["update"]]
     if kind != "event":
         return []
+    if "update" in entry:  # a chunk with more than its text: as the agent sent it
+        return [entry["update"]]
     event = entry["event"]
     data = event.get("data")
     match event.get("type"):
@@ -181,6 +184,10 @@ def stop_reason(result: dict[str, Any]) -> dict[str, Any]:
         return {"stopReason": "cancelled"}
     if code == "budget_exhausted":
         return {"stopReason": "max_tokens"}
+    if (result.get("errorInfo") or {}).get("code") == REFUSED_CODE:
+        # An acp profile's agent refused the turn: a failed run on the daemon's
+        # own protocol (docs/contract.md §7), a refusal in ACP terms.
+        return {"stopReason": "refusal"}
     message = redact(str(status.get("message") or "the run failed"))
     data: dict[str, Any] = {"status": status}
     if result.get("errorInfo") is not None:

@@ -75,7 +75,12 @@ class Entry:
 
 def _size(data: dict[str, Any]) -> int:
     event = data.get("event")
-    if data["type"] == "event" and isinstance(event, dict) and event.get("type") == "text":
+    if (
+        data["type"] == "event"
+        and isinstance(event, dict)
+        and event.get("type") == "text"
+        and "update" not in data  # the raw update it came from counts too
+    ):
         # The common entry: counted without encoding it (a stream's hot path).
         return len(event["data"]) + _ENTRY_OVERHEAD
     return len(orjson.dumps(data)) + _ENTRY_OVERHEAD

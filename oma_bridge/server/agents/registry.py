@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from oma_bridge.agent import Agent
+from oma_bridge.backends import ElicitationRequest
 from oma_bridge.server.agents.journal import Journal
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
@@ -32,6 +33,9 @@ class AcpClient(Protocol):
 
     def permission_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """``session/request_permission`` params for the daemon's permission params."""
+
+    def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
+        """``elicitation/create`` params, or ``None`` when this client cannot answer it."""
 
 
 __all__ = ["AcpClient", "HookTarget", "HostedAgent", "PacedReader"]

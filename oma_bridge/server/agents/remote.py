@@ -4,9 +4,11 @@ Hooks go to the agent's hook owner (the opener, or the last ``agent/attach``)
 and fail the run when nobody answers in ``hook_timeout_s``.  A permission
 request of a run goes to the run's own connection while it is open and
 declared ``permissions``; otherwise to the agent's watchers that declared
-them, where the first valid answer wins and the others are withdrawn with
-``$/cancel_request``; with nobody to ask, the least-privilege reject.  Every
-decision goes to the audit log with who made it.
+them and its ACP facade clients, where the first valid answer wins and the
+others are withdrawn with ``$/cancel_request``; with nobody to ask, the
+least-privilege reject.  An ACP agent's elicitation goes the same way (the
+capability is ``elicitation``), with ``cancel`` as the answer of nobody.
+Every decision goes to the audit log with who made it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from typing import Any, Literal
 
 import anyio
 
-from oma_bridge.backends import PermissionHandler, PermissionRequest
+from oma_bridge.backends import (
+    ElicitationHandler,
+    ElicitationRequest,
+    PermissionHandler,
+    PermissionRequest,
+)
+from oma_bridge.backends.elicitation import CANCEL, valid_answer
 from oma_bridge.backends.permissions import choose_option, option_from_answer
 from oma_bridge.errors import CallbackError, WireError
 from oma_bridge.results import AgentRunResult
@@ -33,6 +41,8 @@ __all__ = ["Remote"]
 
 #: Whom to ask, with which method and params.
 _Ask = tuple[Session, str, dict[str, Any]]
+#: How much of an elicitation's message the audit log keeps.
+_MESSAGE_LIMIT = 200
 
 
 def _answers(answer: Any, request: PermissionRequest) -> bool:
@@ -147,40 +157,90 @@ class Remote:
                         if w.session.capabilities.permissions
                     ]
                     + [
-                        (
-                            client.session,
-                            "session/request_permission",
-                            client.permission_params(params),
-                        )
+                        (client.session, "session/request_permission", acp_params)
                         for client in hosted.acp_clients.values()
+                        if (acp_params := _with_meta(client.permission_params(params), request))
                     ]
                 )
-            for stage in stages:
-                askable = [ask for ask in stage if not ask[0].closed]
-                if not askable:
-                    continue
-                decided = await self._first_answer(askable, request)
-                if decided == "timeout":
-                    chosen = choose_option(request.options, "reject")
-                    self._record(agent_id, request, chosen, "timeout")
-                    return chosen
-                if decided is not None:
-                    winner, answer = decided
-                    chosen = option_from_answer(answer, request.options)
-                    client = winner.init.clientInfo if winner.init is not None else None
-                    by = decided_by_client(
-                        client.name if client else "", client.version if client else "", winner.id
-                    )
-                    self._record(agent_id, request, chosen, by)
-                    return chosen
+            decided = await self._decide(stages, lambda answer: _answers(answer, request))
+            if isinstance(decided, tuple):
+                winner, answer = decided
+                chosen = option_from_answer(answer, request.options)
+                self._record_permission(agent_id, request, chosen, _decided_by(winner))
+                return chosen
             chosen = choose_option(request.options, "reject")
-            self._record(agent_id, request, chosen, "no-client")
+            self._record_permission(agent_id, request, chosen, decided)
             return chosen
 
         return ask
 
+    # -- elicitations --------------------------------------------------------
+
+    def elicitation_handler(
+        self, target: Callable[[], HostedAgent], run_session: Callable[[str | None], Session | None]
+    ) -> ElicitationHandler:
+        """Answers the elicitations of an agent's ACP agent (``docs/acp.md``, "Elicitations").
+
+        Routed as permission requests are: the run's own connection first when
+        it declared ``elicitation``, then everyone attached who can answer
+        (watchers that declared ``elicitation``, ACP clients that advertised
+        the request's mode); the first valid answer wins; nobody: ``cancel``.
+        """
+
+        async def ask(request: ElicitationRequest) -> Mapping[str, Any]:
+            hosted = target()
+            own = run_session(request.run_id)
+            params = {"agentId": hosted.agent_id, "runId": request.run_id, **request.params}
+            stages: list[list[_Ask]] = []
+            if own is not None and own.capabilities.elicitation:
+                stages.append([(own, "elicitation/request", params)])
+            stages.append(
+                [
+                    (w.session, "elicitation/request", params)
+                    for w in hosted.watchers.values()
+                    if w.session.capabilities.elicitation and w.session is not own
+                ]
+                + [
+                    (client.session, "elicitation/create", client_params)
+                    for client in hosted.acp_clients.values()
+                    if (client_params := client.elicitation_params(request)) is not None
+                ]
+            )
+            decided = await self._decide(stages, lambda answer: valid_answer(answer) is not None)
+            answer: dict[str, Any] = CANCEL
+            by: Any = decided
+            if isinstance(decided, tuple):
+                answer, by = valid_answer(decided[1]) or CANCEL, _decided_by(decided[0])
+            self.audit.record(
+                "elicitation",
+                hosted.agent_id,
+                runId=request.run_id,
+                mode=request.mode,
+                message=str(request.params.get("message", ""))[:_MESSAGE_LIMIT],
+                toolCallId=request.params.get("toolCallId"),
+                action=answer["action"],
+                decidedBy=by,
+            )
+            return answer
+
+        return ask
+
+    # -- asking clients --------------------------------------------------------
+
+    async def _decide(
+        self, stages: Sequence[Sequence[_Ask]], valid: Callable[[Any], bool]
+    ) -> tuple[Session, Any] | Literal["timeout", "no-client"]:
+        """Ask stage by stage until one gives a valid answer: the winner and its answer."""
+        for stage in stages:
+            askable = [ask for ask in stage if not ask[0].closed]
+            if askable:
+                decided = await self._first_answer(askable, valid)
+                if decided is not None:
+                    return decided
+        return "no-client"
+
     async def _first_answer(
-        self, asks: Sequence[_Ask], request: PermissionRequest
+        self, asks: Sequence[_Ask], valid: Callable[[Any], bool]
     ) -> tuple[Session, Any] | Literal["timeout"] | None:
         """Ask every session at once; the first valid answer wins, the rest are withdrawn.
 
@@ -204,7 +264,7 @@ class Remote:
                 answer = await call.wait()
             except (WireError, ConnectionClosedError):
                 answer = None
-            if winner is None and answer is not None and _answers(answer, request):
+            if winner is None and answer is not None and valid(answer):
                 winner = (candidate, answer)
                 settled.set()
             pending -= 1
@@ -228,7 +288,7 @@ class Remote:
                         await call.withdraw()
         return winner
 
-    def _record(
+    def _record_permission(
         self, agent_id: str | None, request: PermissionRequest, chosen: str | None, by: Any
     ) -> None:
         tool_call = request.tool_call
@@ -247,3 +307,15 @@ class Remote:
             else {"outcome": "cancelled"},
             decidedBy=by,
         )
+
+
+def _with_meta(params: dict[str, Any], request: PermissionRequest) -> dict[str, Any]:
+    """ACP params carry the agent's ``_meta`` on (the daemon's ``permission/request`` has none)."""
+    return {**params, "_meta": dict(request.meta)} if request.meta else params
+
+
+def _decided_by(winner: Session) -> dict[str, Any]:
+    client = winner.init.clientInfo if winner.init is not None else None
+    return decided_by_client(
+        client.name if client else "", client.version if client else "", winner.id
+    )

@@ -217,7 +217,7 @@ class AgentService:
         profile = self._profile(profile_name)
         hosted: HostedAgent | None = None
 
-        def target() -> HookTarget:
+        def target() -> HostedAgent:
             assert hosted is not None  # hooks run only once the agent exists
             return hosted
 
@@ -238,7 +238,10 @@ class AgentService:
             agent_id=agent_id,
             profile_name=profile_name,
             profile=profile,
-            agent=Agent(config),
+            agent=Agent(
+                config,
+                elicitation_handler=self.remote.elicitation_handler(target, self._run_session),
+            ),
             hooks=flags,
             owner=session if flags.beforeRun or flags.afterRun else None,
             journal=self._journal(agent_id),
@@ -246,6 +249,11 @@ class AgentService:
         self.agents[agent_id] = hosted
         hosted.use(session)
         return hosted
+
+    def _run_session(self, run_id: str | None) -> Session | None:
+        """The connection that started a live run (it is asked first, as for permissions)."""
+        run = self.runs.live.get(run_id) if run_id is not None else None
+        return run.session if run is not None else None
 
     def _journal(self, agent_id: str) -> Journal:
         store = self.store
@@ -378,10 +386,18 @@ class AgentService:
 
         async def emit(event: StreamEvent) -> None:
             wire = event.to_wire()
+            raw = event.acp_update
             if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
                 entry = await _journal(hosted, {"type": "update", "update": wire["data"]})
-            else:
+            elif raw is None:
                 entry = await _journal(hosted, {"type": "event", "runId": run_id, "event": wire})
+            elif wire["type"] in ("text", "reasoning"):
+                # A chunk with more than its text: the entry keeps the update as
+                # sent, for the ACP facade to relay unchanged (docs/acp.md).
+                data = {"type": "event", "runId": run_id, "event": wire, "update": raw}
+                entry = await _journal(hosted, data)
+            else:  # a typed ACP update (D15): journaled raw as every update is, streamed typed
+                entry = await _journal(hosted, {"type": "update", "update": raw})
             if method == "agent/stream":
                 # One frame per event, sent before the next is made: the caller's
                 # socket paces the run (a client that stops reading is dropped
@@ -424,6 +440,10 @@ class AgentService:
 
         run.cancel = lambda: agent.cancel(run_id)
         return await self._serve(run, hosted, execute, keep_going)
+
+    async def journal_update(self, hosted: HostedAgent, update: dict[str, Any]) -> None:
+        """Journal a raw ACP update that came outside any run (while a session setting was sent)."""
+        await _journal(hosted, {"type": "update", "update": update})
 
     def _end_run(self, hosted: HostedAgent) -> None:
         hosted.meta["updatedAt"] = time.time()
