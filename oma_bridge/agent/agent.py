@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ import anyio
 from oma_bridge.agent.config import AfterRunHook, AgentConfig, BeforeRunHook
 from oma_bridge.agent.hooks import apply_after_run, apply_before_run, ensure_outcome
 from oma_bridge.agent.input import prepare_prompt_input, prepare_run_input, text_only_kind
-from oma_bridge.agent.stream import HookFailed, RunStream, StreamOutcome
+from oma_bridge.agent.stream import STREAM_BUFFER, HookFailed, RunStream, StreamOutcome
 from oma_bridge.backends import (
     Backend,
     BackendKind,
@@ -121,7 +120,8 @@ class Agent:
         self._state = AgentState()
         self._backend: Backend | None = None
         self._runs: dict[str, _Run] = {}
-        self._streams: dict[asyncio.Task[None], StreamOutcome] = {}
+        #: The producers of live streams, entered or bare: close() stops them all.
+        self._streams: set[StreamOutcome] = set()
         self._prompt_lock = anyio.Lock()
         self._closed = False
 
@@ -179,17 +179,22 @@ class Agent:
         messages = self.prepare_run_input(run_input)
         return await self.execute(messages, run_id=run_id)
 
-    def stream(self, run_input: AgentRunInput, *, run_id: str | None = None) -> RunStream:
+    def stream(
+        self, run_input: AgentRunInput, *, run_id: str | None = None, buffer: int = STREAM_BUFFER
+    ) -> RunStream:
         """Validate now, then return an async iterator of :class:`StreamEvent`.
 
         A plain method (not an async generator) so that bad input raises here,
         before any event (docs/decisions.md, D11).  The stream ends with ``done`` carrying the
         result, or with ``error`` alone when a hook failed.  Leaving it early
-        (``break``, ``aclose()``, ``async with``) cancels the run and ends its
-        processes.
+        (``break``, ``aclose()``, the end of ``async with``) cancels the run
+        and ends its processes; ``async with agent.stream(x) as stream`` runs
+        it in a task group of the block's own (docs/decisions.md, D13).
+        ``buffer``: events the run may go ahead of its consumer (0: one at a
+        time, at the consumer's pace).
         """
         messages = self.prepare_run_input(run_input)
-        return RunStream(self, messages, run_id or _new_run_id())
+        return RunStream(self, messages, run_id or _new_run_id(), buffer=buffer)
 
     async def prompt(
         self, prompt_input: AgentPromptInput, *, run_id: str | None = None
@@ -253,12 +258,12 @@ class Agent:
         self._closed = True
         live = list(self._runs.values())
         self.cancel()
-        for task, outcome in list(self._streams.items()):
-            outcome.stop(task)
-        if self._streams:
+        streams = list(self._streams)
+        for outcome in streams:
+            outcome.stop()
+        for outcome in streams:
             # Shielded: the backends' own stop (SIGTERM, grace, SIGKILL) must finish.
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait(list(self._streams))
+            await outcome.wait_ended()
         # Runs awaited by other tasks end too before the backend goes, so that
         # their processes are gone when close() returns (docs/contract.md §11.36).
         with anyio.CancelScope(shield=True):
