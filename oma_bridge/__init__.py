@@ -24,6 +24,8 @@ if TYPE_CHECKING:
         Agent,
         AgentConfig,
         AgentState,
+        PreparedInput,
+        PreparedPrompt,
         RunStream,
     )
     from oma_bridge.backends import (
@@ -129,6 +131,8 @@ __all__ = [
     "OnlineEvaluator",
     "OpenMultiAgent",
     "PermissionRequest",
+    "PreparedInput",
+    "PreparedPrompt",
     "ProcessConfig",
     "ProviderError",
     "RunCancelledError",
@@ -184,6 +188,8 @@ _HOMES = {
     "OnlineEvaluator": "oma_bridge.orchestration.evaluation",
     "OpenMultiAgent": "oma_bridge.orchestration.orchestrator",
     "PermissionRequest": "oma_bridge.backends",
+    "PreparedInput": "oma_bridge.agent",
+    "PreparedPrompt": "oma_bridge.agent",
     "ProcessConfig": "oma_bridge.backends.process.config",
     "ProviderError": "oma_bridge.errors",
     "RunCancelledError": "oma_bridge.errors",

@@ -246,7 +246,7 @@ async def _produce(
                 return
             with anyio.CancelScope() as outcome.scope:
                 try:
-                    result = await agent.execute(
+                    result = await agent._execute(
                         messages,
                         run_id=run_id,
                         emit=send.send,

@@ -414,3 +414,46 @@ async def test_close_stops_a_bare_stream_its_consumer_dropped() -> None:
     await agent.close()
     assert journal.finished_cleanup == 1 and not agent._streams
     await stream.aclose()
+
+
+async def test_prepared_input_is_taken_in_once_and_serves_one_run() -> None:
+    agent, journal = make_agent()
+    prepared = agent.prepare(conversation())
+    assert prepared.prompt is None and prepared.value == conversation()
+    result = await agent.run(prepared, run_id="r1")
+    assert result.success and journal.runs[0]["messages"] == conversation()
+    with pytest.raises(RuntimeError, match="serves one run"):
+        await agent.run(prepared)
+    with pytest.raises(RuntimeError, match="serves one run"):
+        agent.stream(prepared)
+    turn = agent.prepare_prompt("hello")
+    assert turn.prompt == "hello"
+    assert (await agent.prompt(turn)).success
+    assert agent.get_history()[0] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "hello"}],
+    }
+    with pytest.raises(InvalidMessageError):
+        agent.prepare([{"role": "robot", "content": []}])
+
+
+async def test_structured_input_prepared_for_an_llm_agent_meets_a_text_only_ones_boundary() -> None:
+    llm, _ = make_agent()
+    text_only, journal = make_agent(kind="process")
+    prepared = llm.prepare(conversation())
+    with pytest.raises(InvalidMessageError, match="accepts string prompts only"):
+        await text_only.run(prepared)
+    assert journal.runs == []
+    assert (await text_only.run(llm.prepare("plain text"))).success
+
+
+async def test_run_takes_a_permission_handler_and_an_event_listener() -> None:
+    agent, journal = make_agent()
+    events: list[StreamEvent] = []
+
+    async def listen(event: StreamEvent) -> None:
+        events.append(event)
+
+    result = await agent.run("a b", on_event=listen, max_token_budget=7)
+    assert [event.data for event in events] == ["a ", "b "]
+    assert result.output == "a b " and journal.runs[0]["max_token_budget"] == 7
