@@ -18,6 +18,7 @@ The service composes the jobs of this package:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -135,8 +136,12 @@ class AgentService:
         if self.restorable:
             logger.info("%d persisted session(s) can be resumed", len(self.restorable))
         unsubscribe = observe.subscribe(self._audit_side_effect)
+        evaluator = self.orchestrator.evaluator
+        # The evaluator's workers are hosted here, for as long as the daemon
+        # serves (aclose() drains them first, with the stop grace).
+        evaluating = evaluator if evaluator is not None else contextlib.nullcontext()
         try:
-            async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg, evaluating:
                 self.task_group = tg
                 tg.start_soon(self.store.run)
                 tg.start_soon(self.reap_idle)
