@@ -24,6 +24,8 @@ if TYPE_CHECKING:
         Agent,
         AgentConfig,
         AgentState,
+        PreparedInput,
+        PreparedPrompt,
         RunStream,
     )
     from oma_bridge.backends import (
@@ -132,6 +134,8 @@ __all__ = [
     "OnlineEvaluator",
     "OpenMultiAgent",
     "PermissionRequest",
+    "PreparedInput",
+    "PreparedPrompt",
     "ProcessConfig",
     "ProviderError",
     "RefusedError",
@@ -189,6 +193,8 @@ _HOMES = {
     "OpenMultiAgent": "oma_bridge.orchestration.orchestrator",
     "ElicitationRequest": "oma_bridge.backends",
     "PermissionRequest": "oma_bridge.backends",
+    "PreparedInput": "oma_bridge.agent",
+    "PreparedPrompt": "oma_bridge.agent",
     "ProcessConfig": "oma_bridge.backends.process.config",
     "ProviderError": "oma_bridge.errors",
     "RefusedError": "oma_bridge.errors",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -12,8 +11,14 @@ import anyio
 
 from oma_bridge.agent.config import AfterRunHook, AgentConfig, BeforeRunHook
 from oma_bridge.agent.hooks import apply_after_run, apply_before_run, ensure_outcome
-from oma_bridge.agent.input import prepare_prompt_input, prepare_run_input, text_only_kind
-from oma_bridge.agent.stream import HookFailed, RunStream, StreamOutcome
+from oma_bridge.agent.input import (
+    PreparedInput,
+    PreparedPrompt,
+    prepare,
+    prepare_prompt,
+    text_only_kind,
+)
+from oma_bridge.agent.stream import STREAM_BUFFER, HookFailed, RunStream, StreamOutcome
 from oma_bridge.backends import (
     Backend,
     BackendKind,
@@ -57,9 +62,9 @@ __all__ = [
     "AgentConfig",
     "AgentState",
     "BeforeRunHook",
+    "PreparedInput",
+    "PreparedPrompt",
     "RunStream",
-    "prepare_prompt_input",
-    "prepare_run_input",
 ]
 
 logger = logging.getLogger(__name__)
@@ -125,7 +130,8 @@ class Agent:
         self._state = AgentState()
         self._backend: Backend | None = None
         self._runs: dict[str, _Run] = {}
-        self._streams: dict[asyncio.Task[None], StreamOutcome] = {}
+        #: The producers of live streams, entered or bare: close() stops them all.
+        self._streams: set[StreamOutcome] = set()
         self._prompt_lock = anyio.Lock()
         self._closed = False
 
@@ -164,68 +170,107 @@ class Agent:
 
     # -- input preparation: the one place where input enters ---------------
 
-    def prepare_run_input(self, run_input: object) -> list[LLMMessage]:
-        """See the module function :func:`prepare_run_input`."""
-        return prepare_run_input(run_input, self.config)
+    def prepare(self, run_input: object) -> PreparedInput:
+        """Take ``run`` / ``stream`` input in now: guard, text-only boundary, copy.
 
-    def prepare_prompt_input(self, prompt_input: object) -> LLMMessage:
-        """See the module function :func:`prepare_prompt_input`."""
-        return prepare_prompt_input(prompt_input, self.config)
+        Raises :class:`InvalidMessageError` for bad input.  The value goes to
+        :meth:`run` or :meth:`stream` in place of the input, which then do
+        none of that work again (the daemon refuses bad input this way
+        before it queues a run).
+        """
+        return prepare(run_input, self.config)
+
+    def prepare_prompt(self, prompt_input: object) -> PreparedPrompt:
+        """The same for :meth:`prompt` input: the user turn."""
+        return prepare_prompt(prompt_input, self.config)
+
+    def _take(self, run_input: AgentRunInput | PreparedInput) -> list[LLMMessage]:
+        prepared = run_input if isinstance(run_input, PreparedInput) else self.prepare(run_input)
+        return prepared.take(text_only_kind(self.config))
 
     # -- public API ----------------------------------------------------------
 
-    async def run(self, run_input: AgentRunInput, *, run_id: str | None = None) -> AgentRunResult:
+    async def run(
+        self,
+        run_input: AgentRunInput | PreparedInput,
+        *,
+        run_id: str | None = None,
+        permission_handler: PermissionHandler | None = None,
+        on_event: Emit | None = None,
+        max_token_budget: int | None = None,
+    ) -> AgentRunResult:
         """A fresh conversation: reads and writes no history.
 
         Invalid input raises :class:`InvalidMessageError` before any hook or
         state change; every other failure comes back as a failed result.
+        ``permission_handler`` answers this run's permission requests in place
+        of the agent's own; ``on_event`` sees its stream events as they come
+        (without the closing ``done``); ``max_token_budget`` narrows the
+        agent's own ceiling (the smallest applies).
         """
-        messages = self.prepare_run_input(run_input)
-        return await self.execute(messages, run_id=run_id)
+        return await self._execute(
+            self._take(run_input),
+            run_id=run_id,
+            emit=on_event or _discard,
+            max_token_budget=max_token_budget,
+            permission_handler=permission_handler,
+        )
 
-    def stream(self, run_input: AgentRunInput, *, run_id: str | None = None) -> RunStream:
+    def stream(
+        self,
+        run_input: AgentRunInput | PreparedInput,
+        *,
+        run_id: str | None = None,
+        permission_handler: PermissionHandler | None = None,
+        buffer: int = STREAM_BUFFER,
+    ) -> RunStream:
         """Validate now, then return an async iterator of :class:`StreamEvent`.
 
         A plain method (not an async generator) so that bad input raises here,
         before any event (docs/decisions.md, D11).  The stream ends with ``done`` carrying the
         result, or with ``error`` alone when a hook failed.  Leaving it early
-        (``break``, ``aclose()``, ``async with``) cancels the run and ends its
-        processes.
+        (``break``, ``aclose()``, the end of ``async with``) cancels the run
+        and ends its processes; ``async with agent.stream(x) as stream`` runs
+        it in a task group of the block's own (docs/decisions.md, D13).
+        ``buffer``: events the run may go ahead of its consumer (0: one at a
+        time, at the consumer's pace).
         """
-        messages = self.prepare_run_input(run_input)
-        return RunStream(self, messages, run_id or _new_run_id())
+        return RunStream(
+            self,
+            self._take(run_input),
+            run_id or _new_run_id(),
+            permission_handler=permission_handler,
+            buffer=buffer,
+        )
 
     async def prompt(
-        self, prompt_input: AgentPromptInput, *, run_id: str | None = None
+        self,
+        prompt_input: AgentPromptInput | PreparedPrompt,
+        *,
+        run_id: str | None = None,
+        permission_handler: PermissionHandler | None = None,
+        on_event: Emit | None = None,
     ) -> AgentRunResult:
         """A turn of the agent's conversation: history in, history out.
 
         The user turn is stored as given (never as a hook rewrote it), before
         the run, so a failed run keeps it; the run's messages follow it.
-        Invalid input raises and is not stored.
+        Invalid input raises and is not stored.  ``permission_handler`` and
+        ``on_event`` as for :meth:`run`.
         """
-        turn = self.prepare_prompt_input(prompt_input)
-        return await self.execute_prompt(turn, run_id=run_id)
-
-    async def execute_prompt(
-        self,
-        turn: LLMMessage,
-        *,
-        run_id: str | None = None,
-        emit: Emit = _discard,
-        permission_handler: PermissionHandler | None = None,
-    ) -> AgentRunResult:
-        """``prompt`` with a user turn from :meth:`prepare_prompt_input`.
-
-        The turn is a fresh copy already and the agent keeps it as it is:
-        the caller hands it over and does not touch it again.
-        """
+        prepared = (
+            prompt_input
+            if isinstance(prompt_input, PreparedPrompt)
+            else self.prepare_prompt(prompt_input)
+        )
+        # A fresh copy already, kept as it is: the caller handed it over.
+        turn = prepared.take(text_only_kind(self.config))
         async with self._prompt_lock:
             self._history.append(turn)
-            result = await self.execute(
+            result = await self._execute(
                 copy_messages(self._history),
                 run_id=run_id,
-                emit=emit,
+                emit=on_event or _discard,
                 permission_handler=permission_handler,
             )
             self._history.extend(copy_messages(result.messages))
@@ -257,12 +302,12 @@ class Agent:
         self._closed = True
         live = list(self._runs.values())
         self.cancel()
-        for task, outcome in list(self._streams.items()):
-            outcome.stop(task)
-        if self._streams:
+        streams = list(self._streams)
+        for outcome in streams:
+            outcome.stop()
+        for outcome in streams:
             # Shielded: the backends' own stop (SIGTERM, grace, SIGKILL) must finish.
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait(list(self._streams))
+            await outcome.wait_ended()
         # Runs awaited by other tasks end too before the backend goes, so that
         # their processes are gone when close() returns (docs/contract.md §11.36).
         with anyio.CancelScope(shield=True):
@@ -293,7 +338,7 @@ class Agent:
             self._backend = self.config.backend.create(agent_name=self.config.name)
         return self._backend
 
-    async def execute(
+    async def _execute(
         self,
         messages: list[LLMMessage],
         *,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
+from functools import partial
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
 from oma_bridge.backends import PermissionHandler
@@ -16,7 +20,9 @@ from oma_bridge.results import AgentRunResult, StreamEvent
 if TYPE_CHECKING:
     from oma_bridge.agent.agent import Agent
 
-__all__ = ["HookFailed", "RunStream", "StreamOutcome", "closing_events"]
+__all__ = ["STREAM_BUFFER", "HookFailed", "RunStream", "StreamOutcome", "closing_events"]
+
+logger = logging.getLogger(__name__)
 
 
 class HookFailed(Exception):
@@ -31,44 +37,64 @@ class HookFailed(Exception):
 # Streaming
 
 
-@dataclass
+@dataclass(eq=False)
 class StreamOutcome:
-    """What a stream's producer shares with its consumer: its result, its scope."""
+    """What a stream's producer shares with its consumer and its agent."""
 
     result: AgentRunResult | None = None
     #: The producer's cancel scope, set once it runs.
     scope: anyio.CancelScope | None = None
+    #: Asked to stop; a producer that has not begun then never runs the agent.
+    stopped: bool = False
+    #: A bug in the run (never a run failure: those are results), for the consumer.
+    error: Exception | None = None
+    #: Set when the producer has ended, its clean-up included (made when it starts).
+    ended: anyio.Event | None = None
+    #: The bare form's runner (docs/decisions.md, D13), held here so it is never lost.
+    runner: asyncio.Task[None] | None = None
 
-    def stop(self, task: asyncio.Task[None]) -> None:
+    def stop(self) -> None:
         """End the producer through its cancel scope, so shielded clean-up runs whole.
 
         A native ``task.cancel()`` would break through the backends' shielded
-        stops (a process would lose its SIGTERM grace); it is used only for a
-        producer that has not started, which has nothing to clean up.
+        stops (a process would lose its SIGTERM grace), so it is never used: a
+        producer that has not begun yet sees ``stopped`` and does nothing.
         """
+        self.stopped = True
         if self.scope is not None:
             self.scope.cancel()
-        elif not task.done():
-            task.cancel()
+
+    async def wait_ended(self) -> None:
+        """Wait, shielded, until the producer is gone (its processes with it)."""
+        if self.ended is not None:
+            with anyio.CancelScope(shield=True):
+                await self.ended.wait()
 
 
 #: Events a stream's producer may run ahead of its consumer.  A small bound
 #: keeps backpressure (a slow consumer slows the run, memory stays flat)
 #: while sparing a task switch per event: a producer that has several events
 #: ready hands them over in one go (measured in docs/benchmarks.md).
-_STREAM_BUFFER = 64
+STREAM_BUFFER = 64
 
 
 class RunStream:
     """The async iterator returned by :meth:`Agent.stream`.
 
-    The run executes in a task owned by the agent, so that backends may hold
-    task groups open while events flow (a task group must not stay open
-    across a ``yield``).  A small bounded buffer gives backpressure: a slow
-    consumer slows the producer instead of growing memory.  The task holds no
-    reference to this object, so a consumer that drops the stream early lets
-    it be collected, and ``__del__`` cancels the run.  ``result`` holds the
-    final :class:`AgentRunResult` once the stream has ended.
+    The run executes in a producer task of its own, so that backends may
+    hold task groups open while events flow (a task group must not stay open
+    across a ``yield``).  Entered (``async with agent.stream(x) as stream``),
+    the producer runs in a task group the stream opens in its
+    ``__aenter__`` and closes in its ``__aexit__``: leaving the block, by its
+    end, a ``break`` or an exception, stops the run and waits for its
+    clean-up.  Iterated bare (``async for event in agent.stream(x)``), there
+    is no block to own a task group, so the agent holds the producer
+    (docs/decisions.md, D13); the producer holds no reference to the stream,
+    so a consumer that drops it early lets it be collected and ``__del__``
+    stops the run.  Either way :meth:`Agent.close` stops it.  A small bounded
+    buffer gives backpressure: a slow consumer slows the producer instead of
+    growing memory.  ``result`` holds the final :class:`AgentRunResult` once
+    the stream has ended.
     """
 
     def __init__(
@@ -78,7 +104,7 @@ class RunStream:
         run_id: str,
         *,
         permission_handler: PermissionHandler | None = None,
-        buffer: int = _STREAM_BUFFER,
+        buffer: int = STREAM_BUFFER,
     ) -> None:
         """``buffer``: events the producer may run ahead (0: one handed over at a time)."""
         self.run_id = run_id
@@ -87,7 +113,8 @@ class RunStream:
         self._messages: list[LLMMessage] | None = messages
         self._outcome = StreamOutcome()
         self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](buffer)
-        self._task: asyncio.Task[None] | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._error_seen = False
 
     @property
     def result(self) -> AgentRunResult | None:
@@ -97,59 +124,85 @@ class RunStream:
         return self
 
     async def __anext__(self) -> StreamEvent:
-        if self._task is None:
+        if self._messages is not None:
             self._start()
         try:
             return await self._receive.receive()
         except anyio.EndOfStream:
-            await self._finish()
+            await self._outcome.wait_ended()
+            error = self._outcome.error
+            if error is not None and not self._error_seen:
+                self._error_seen = True
+                raise error from None  # a bug in the run: surface it
             raise StopAsyncIteration from None
 
     def _start(self) -> None:
-        if self._messages is None:
-            raise RuntimeError("a stream can be iterated once")
         messages, self._messages = self._messages, None
-        producer = _produce(
-            self._agent, messages, self.run_id, self._send, self._outcome, self._permission_handler
+        if messages is None:
+            raise RuntimeError("a stream can be iterated once")
+        outcome = self._outcome
+        outcome.ended = anyio.Event()
+        self._agent._streams.add(outcome)
+        producer = partial(
+            _produce,
+            self._agent,
+            messages,
+            self.run_id,
+            self._send,
+            outcome,
+            self._permission_handler,
         )
-        self._task = asyncio.get_running_loop().create_task(producer)
-        streams = self._agent._streams
-        streams[self._task] = self._outcome
-        self._task.add_done_callback(lambda task: streams.pop(task, None))
-
-    async def _finish(self) -> None:
-        task = self._task
-        if task is not None and not task.done():
-            await asyncio.wait([task])
-        if task is not None and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]  # a bug in the run: surface it
+        if self._task_group is not None:
+            self._task_group.start_soon(producer)
+        else:
+            outcome.runner = asyncio.get_running_loop().create_task(producer())
 
     def cancel(self) -> bool:
         """Cancel the run; the stream then ends with a ``cancelled`` result."""
         return self._agent.cancel(self.run_id)
 
     async def aclose(self) -> None:
-        """Stop the run (its processes end) and release the stream."""
+        """Stop the run (its processes end, their grace kept) and release the stream."""
         self._messages = None
-        task = self._task
-        if task is not None and not task.done():
-            self._outcome.stop(task)
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait([task])
+        self._outcome.stop()
+        await self._outcome.wait_ended()
         self._receive.close()
+        error = self._outcome.error
+        if error is not None and not self._error_seen:
+            self._error_seen = True
+            logger.error("a stream's run failed after its consumer left", exc_info=error)
 
     async def __aenter__(self) -> RunStream:
+        if self._messages is None or self._task_group is not None:
+            raise RuntimeError("a stream is entered once, before its first event")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        task_group, self._task_group = self._task_group, None
+        try:
+            await self.aclose()
+        finally:
+            # The producer has ended, so this returns at once.  The block's own
+            # exception is not handed in: it leaves as itself, not in a group
+            # (the producer never raises into the group, see _produce).
+            if task_group is not None:
+                await task_group.__aexit__(None, None, None)
+        return None
 
     def __del__(self) -> None:
-        # A consumer that breaks out of ``async for`` without closing: the run
-        # must not outlive its stream, so its task is cancelled here.
-        task = self._task
-        if task is not None and not task.done():
-            self._outcome.stop(task)
+        # A bare consumer that broke out of ``async for`` without closing: the
+        # run must not outlive its stream.
+        outcome = self._outcome
+        if outcome.ended is not None and not outcome.ended.is_set():
+            outcome.stop()
 
 
 def closing_events(result: AgentRunResult) -> list[StreamEvent]:
@@ -183,20 +236,31 @@ async def _produce(
     """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook).
 
     Its cancel scope is how :class:`RunStream` and :meth:`Agent.close` end it
-    (see :meth:`StreamOutcome.stop`).
+    (see :meth:`StreamOutcome.stop`).  A bug in the run is kept for the
+    consumer rather than raised into the task group, whose host is the
+    consumer's own block.
     """
-    with anyio.CancelScope() as outcome.scope:
+    try:
         async with send:
-            try:
-                result = await agent.execute(
-                    messages,
-                    run_id=run_id,
-                    emit=send.send,
-                    permission_handler=permission_handler,
-                    raise_callback_errors=True,
-                )
-            except HookFailed as failed:
-                result = failed.result
-            outcome.result = result
-            for event in closing_events(result):
-                await send.send(event)
+            if outcome.stopped:
+                return
+            with anyio.CancelScope() as outcome.scope:
+                try:
+                    result = await agent._execute(
+                        messages,
+                        run_id=run_id,
+                        emit=send.send,
+                        permission_handler=permission_handler,
+                        raise_callback_errors=True,
+                    )
+                except HookFailed as failed:
+                    result = failed.result
+                outcome.result = result
+                for event in closing_events(result):
+                    await send.send(event)
+    except Exception as error:
+        outcome.error = error
+    finally:
+        agent._streams.discard(outcome)
+        assert outcome.ended is not None
+        outcome.ended.set()

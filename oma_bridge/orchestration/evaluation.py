@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 import orjson
 
@@ -189,17 +190,27 @@ def _apply_policy(text: str, mode: PayloadMode) -> str:
 class OnlineEvaluator:
     """Samples finished runs and scores them in the background.
 
-    The evaluator owns its worker tasks (at most ``max_concurrent``); they
-    start when work arrives and end when the queue is empty.  Call
-    :meth:`shutdown` (or :meth:`force_flush`) before the event loop ends to
-    let queued work finish.
+    Its workers (at most ``max_concurrent``) start when work arrives and end
+    when the queue is empty.  An owner with a task of its own hosts them:
+    inside ``async with evaluator:`` they run in a task group of that block
+    (the daemon enters its evaluator for as long as it serves), and leaving
+    the block stops them and drops what is still queued.  Without an owner,
+    as open-multi-agent's API is used, the event loop holds them
+    (docs/decisions.md, D14).  Call :meth:`shutdown` (or :meth:`force_flush`)
+    first to let queued work finish.
     """
 
     def __init__(self, config: EvaluationConfig) -> None:
         self.config = config
         self.stats = EvaluationStats()
         self._queue: deque[_Job] = deque()
-        self._workers: set[asyncio.Task[None]] = set()
+        #: Live workers, hosted or not.
+        self._workers = 0
+        #: The owner's task group, while an owner has the evaluator entered.
+        self._task_group: anyio.abc.TaskGroup | None = None
+        #: The workers the loop holds when nobody owns the evaluator (kept
+        #: referenced: the loop keeps only weak references to its tasks).
+        self._unowned: set[asyncio.Task[None]] = set()
         # asyncio's Event binds no loop when made, so an evaluator can be built
         # before the loop runs.
         self._idle = asyncio.Event()
@@ -254,7 +265,7 @@ class OnlineEvaluator:
         self._queue.append(_Job(evaluation, payload))
         self.stats.enqueued += 1
         self._idle.clear()
-        if len(self._workers) < self.config.max_concurrent:
+        if self._workers < self.config.max_concurrent:
             self._start_worker()
 
     def _sampled(self, evaluation: EvaluationInput) -> bool:
@@ -268,21 +279,66 @@ class OnlineEvaluator:
         return sample >= 1 or random.random() < sample
 
     def _start_worker(self) -> None:
+        self._workers += 1
+        if self._task_group is not None:
+            self._task_group.start_soon(self._work)
+            return
         task = asyncio.get_running_loop().create_task(self._work())
-        self._workers.add(task)
-        task.add_done_callback(self._worker_done)
-
-    def _worker_done(self, task: asyncio.Task[None]) -> None:
-        self._workers.discard(task)
-        if not self._workers and not self._queue:
-            self._idle.set()
-        elif self._queue and len(self._workers) < self.config.max_concurrent:
-            self._start_worker()  # a worker died (cancelled): keep the queue moving
+        self._unowned.add(task)
+        task.add_done_callback(self._unowned.discard)
 
     async def _work(self) -> None:
-        while self._queue:
-            job = self._queue.popleft()
-            await self._score(job)
+        hosted = self._task_group is not None
+        cancelled = False
+        try:
+            while self._queue:
+                job = self._queue.popleft()
+                try:
+                    await self._score(job)
+                except Exception as error:  # observe-only: never into the owner's group
+                    self.stats.failed += 1
+                    self._diagnose(f"evaluation of run {job.evaluation.run_id} failed: {error!r}")
+        except anyio.get_cancelled_exc_class():
+            cancelled = True
+            raise
+        finally:
+            self._workers -= 1
+            if not self._workers and not self._queue:
+                self._idle.set()
+            elif (
+                cancelled
+                and not hosted
+                and self._queue
+                and self._workers < self.config.max_concurrent
+            ):
+                # An unowned worker died (the loop cancelled it) with work left:
+                # keep the queue moving.  A hosted one is cancelled only by its
+                # owner leaving.
+                self._start_worker()
+
+    async def __aenter__(self) -> OnlineEvaluator:
+        """Host the workers in a task group of the calling task until the block ends."""
+        if self._task_group is not None:
+            raise RuntimeError("an evaluator is entered by one owner at a time")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop the workers and drop what is queued (:meth:`shutdown` first drains it)."""
+        task_group, self._task_group = self._task_group, None
+        if task_group is None:
+            return
+        self._closed = True
+        task_group.cancel_scope.cancel()
+        await task_group.__aexit__(None, None, None)
+        if self._queue:
+            self.stats.dropped += len(self._queue)
+            self._diagnose(f"evaluator closed; {len(self._queue)} queued run(s) dropped")
+            self._queue.clear()
+        if not self._workers:
+            self._idle.set()
 
     async def _score(self, job: _Job) -> None:
         scores: list[dict[str, Any]] = []

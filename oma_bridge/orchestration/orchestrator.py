@@ -19,11 +19,12 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from oma_bridge.agent import Agent, AgentConfig
+from oma_bridge.agent import Agent, AgentConfig, PreparedInput
+from oma_bridge.agent.input import text_only_kind
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.backends.llm.config import LlmConfig
 from oma_bridge.errors import CallbackError, CostBudgetExceededError, RunCancelledError
-from oma_bridge.messages import AgentRunInput, LLMMessage, copy_messages
+from oma_bridge.messages import AgentRunInput, copy_messages
 from oma_bridge.orchestration.evaluation import EvaluationConfig, OnlineEvaluator
 from oma_bridge.orchestration.outcome import TeamRunResult
 from oma_bridge.orchestration.roster import Roster, Team
@@ -108,7 +109,7 @@ class OpenMultiAgent:
     async def run_agent(
         self,
         config: AgentConfig,
-        run_input: AgentRunInput,
+        run_input: AgentRunInput | PreparedInput,
         *,
         run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -117,13 +118,19 @@ class OpenMultiAgent:
     ) -> AgentRunResult:
         """Run a fresh agent once.  Raises only for invalid input.
 
-        ``on_progress`` here adds a per-call listener (the daemon sends those
-        events to the calling connection) next to the orchestrator's own.
+        ``run_input`` may come prepared (:func:`~oma_bridge.agent.input.prepare`
+        against ``config``): the daemon refuses bad input before it queues the
+        run, and it is not prepared again here.  ``on_progress`` here adds a
+        per-call listener (the daemon sends those events to the calling
+        connection) next to the orchestrator's own.
         """
         agent = Agent(self._effective_config(config), permission_handler=permission_handler)
-        messages = agent.prepare_run_input(run_input)  # step 1: raises before anything is seen
+        # Step 1: raises before anything is seen.
+        prepared = run_input if isinstance(run_input, PreparedInput) else agent.prepare(run_input)
+        prepared.check(text_only_kind(agent.config))
+        messages = prepared.value
         evaluation_input: str | list[Any] = (
-            run_input if isinstance(run_input, str) else copy_messages(messages)
+            prepared.prompt if prepared.prompt is not None else copy_messages(messages)
         )
         run_id = run_id or secrets.token_hex(16)
         identity = RunIdentity(run_id, 1, secrets.token_hex(16), secrets.token_hex(8))
@@ -133,15 +140,15 @@ class OpenMultiAgent:
             await progress({"type": kind, "agent": agent.name, "data": data})
 
         start_data = (
-            {"prompt": run_input}
-            if isinstance(run_input, str)
+            {"prompt": prepared.prompt}
+            if prepared.prompt is not None
             else {"messages": copy_messages(messages)}
         )
         self._live[run_id] = agent
         try:
             result, _cost = await self.run_observed(
                 agent,
-                messages,
+                prepared,
                 identity=identity,
                 run_id=run_id,
                 start_data=start_data,
@@ -172,7 +179,7 @@ class OpenMultiAgent:
     async def run_observed(
         self,
         agent: Agent,
-        messages: list[LLMMessage],
+        run_input: PreparedInput,
         *,
         identity: RunIdentity,
         run_id: str,
@@ -205,8 +212,11 @@ class OpenMultiAgent:
             if stopped is not None and stopped():
                 result = AgentRunResult.failed(run_id, RunCancelledError(), "cancelled")
             else:
-                result = await agent.execute(
-                    messages, run_id=run_id, emit=tracer.observe, max_token_budget=max_token_budget
+                result = await agent.run(
+                    run_input,
+                    run_id=run_id,
+                    on_event=tracer.observe,
+                    max_token_budget=max_token_budget,
                 )
         finally:
             if close:

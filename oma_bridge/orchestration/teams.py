@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from oma_bridge.agent import Agent
+from oma_bridge.agent import Agent, PreparedInput
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.errors import (
     CostBudgetExceededError,
@@ -221,7 +221,7 @@ class _TeamRun:
     async def run(
         self,
         agent: Agent,
-        messages: list[LLMMessage],
+        run_input: PreparedInput,
         *,
         key: str,
         attempt: int,
@@ -240,7 +240,7 @@ class _TeamRun:
         try:
             result, cost = await self.oma.run_observed(
                 agent,
-                messages,
+                run_input,
                 identity=identity,
                 run_id=run_id,
                 start_data=start_data,
@@ -257,11 +257,12 @@ class _TeamRun:
 
     async def _run_task(self, task: TeamTask, prompt: str, attempt: int) -> AgentRunResult:
         # Agent.run semantics (a fresh conversation: no history in, none kept),
-        # through execute so that progress, traces and the run budget apply.
-        # An ACP member's backend keeps its session across the run's tasks.
+        # through run_observed so that progress, traces and the run budget
+        # apply.  An ACP member's backend keeps its session across the run's tasks.
+        agent = self.agents[task.assignee]
         return await self.run(
-            self.agents[task.assignee],
-            [text_message(prompt)],
+            agent,
+            agent.prepare(prompt),
             key=task.id,
             attempt=attempt,
             start_data={"prompt": prompt, "taskId": task.id, "attempt": attempt},
@@ -320,9 +321,11 @@ class _TeamRun:
     async def _coordinate(
         self, coordinator: Agent, messages: list[LLMMessage], phase: str, prompt: str
     ) -> AgentRunResult:
+        # The coordinator's own conversation (an llm agent): messages this run
+        # made, vouched for as they are, not taken in again.
         result = await self.run(
             coordinator,
-            messages,
+            PreparedInput(messages, None),
             key=phase,
             attempt=1,
             start_data={"phase": phase, "prompt": prompt},

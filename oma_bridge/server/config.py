@@ -40,6 +40,9 @@ from pydantic import (
     field_validator,
 )
 
+from oma_bridge.backends.acp.config import AcpSettings
+from oma_bridge.backends.llm.config import LlmSettings
+from oma_bridge.backends.process.config import ProcessSettings
 from oma_bridge.paths import default_socket_path
 from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
 
@@ -228,71 +231,58 @@ class ServerSection(_Frozen):
         return (self.socket or default_socket_path()).parent
 
 
-class _ProfileBase(_Frozen):
+class _ProfileKeys(_Frozen):
+    """The keys of every profile that are the daemon's own, not a backend's."""
+
     description: StrictStr | None = None
-    timeout_s: Seconds | None = None
     system_prompt: StrictStr | None = None
 
 
-class LlmProfile(_ProfileBase):
-    """``kind = "llm"``: a model behind a provider's HTTP API (or the offline ``echo``)."""
+class LlmProfile(LlmSettings, _ProfileKeys):
+    """``kind = "llm"``: a model behind a provider's HTTP API (or the offline ``echo``).
 
-    kind: Literal["llm"]
+    The backend keys are :class:`LlmSettings`'; a profile must name its
+    provider, one of the three built in, and its model.  ``timeout_s``,
+    ``max_turns`` and ``max_token_budget`` are the agent's.
+    """
+
     provider: Literal["echo", "anthropic", "openai"]
     model: NonEmptyStr
-    api_key_env: NonEmptyStr | None = None
-    base_url: NonEmptyStr | None = None
+    timeout_s: Seconds | None = None
     max_turns: PositiveInt | None = None
-    max_tokens: PositiveInt | None = None
     max_token_budget: Annotated[StrictInt, Field(ge=0)] | None = None
-    temperature: Annotated[StrictFloat, Field(ge=0)] | None = None
 
 
-class _ExternalProfile(_ProfileBase):
-    command: NonEmptyStr
-    args: tuple[StrictStr, ...] = ()
-    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+class _CommandProfileKeys(_ProfileKeys):
+    """The daemon's own keys of a profile that runs a command (process, ACP)."""
+
     #: The daemon's secret variables this agent may still see (see
     #: :meth:`ServerConfig.secret_variables`), taken from the daemon's environment.
     pass_env: tuple[NonEmptyStr, ...] = ()
-    #: Between SIGTERM and SIGKILL when the agent's processes end (default: ``[server]``'s).
-    stop_grace_s: Annotated[StrictFloat, Field(ge=0)] | None = None
-    #: A folder, or ``"client"``: an ACP client's ``session/new`` cwd (inside
-    #: ``workspace_roots``); unset, the daemon's own working folder.
+    #: A folder (relative to the config file's), or ``"client"``: an ACP
+    #: client's ``session/new`` cwd (inside ``workspace_roots``); unset, the
+    #: daemon's own working folder.
     cwd: Literal["client"] | ConfigPath | None = None
 
-    @field_validator("command")
+    @field_validator("command", check_fields=False)
     @classmethod
     def _command(cls, value: str) -> str:
         return sys.executable if value == PYTHON_COMMAND else value
 
 
-class ProcessProfile(_ExternalProfile):
-    """``kind = "process"``: a command line run once per turn."""
+class ProcessProfile(ProcessSettings, _CommandProfileKeys):
+    """``kind = "process"``: a command line run once per turn (keys: :class:`ProcessSettings`).
 
-    kind: Literal["process"]
-    input: Literal["stdin", "argument", "none"] = "stdin"
-    max_output_bytes: PositiveInt | None = None
-    #: How much of the end of stderr a failure message quotes (issue 4).
-    stderr_tail_bytes: PositiveInt | None = None
+    ``stop_grace_s`` unset is ``[server]``'s.
+    """
 
 
-class AcpProfile(_ExternalProfile):
-    """``kind = "acp"``: an Agent Client Protocol agent, one session across runs."""
+class AcpProfile(AcpSettings, _CommandProfileKeys):
+    """``kind = "acp"``: an ACP agent, one session across runs (keys: :class:`AcpSettings`).
 
-    kind: Literal["acp"]
-    permission: Literal["client", "auto-approve", "reject"] = "client"
-    fs: Literal["cwd", "none"] = "cwd"
-    terminal: StrictBool = False
-    model: NonEmptyStr | None = None
-    auth_method: NonEmptyStr | None = None
-    # Kept as ACP ``McpServer`` objects; the ACP layer validates their shape.
-    mcp_servers: tuple[dict[StrictStr, Any], ...] = ()
-    cancel_grace_s: Annotated[StrictFloat, Field(ge=0)] = 10.0
-    #: Join the texts of chunks that arrive in one read into one ``text``
-    #: event (fewer, larger events; far higher relay throughput).  Off by
-    #: default: one event per ``agent_message_chunk``, as OMA streams them.
-    coalesce_text: StrictBool = False
+    ``stop_grace_s`` unset is ``[server]``'s.
+    """
+
     #: Forward an ACP client's ``mcpServers`` to the agent's ``session/new``.
     client_mcp_servers: StrictBool = False
 

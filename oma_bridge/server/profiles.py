@@ -5,9 +5,12 @@
 commands, arguments, environments or folders leaves the daemon.
 
 :func:`profile_agent_config` turns a profile into the library's
-:class:`~oma_bridge.agent.AgentConfig` (with a ``ProcessConfig`` or
-``AcpConfig`` backend for external kinds).  ``timeout_s`` goes to the
-backend config of external kinds and to ``timeout_ms`` of an LLM agent;
+:class:`~oma_bridge.agent.AgentConfig` with an ``LlmConfig``,
+``ProcessConfig`` or ``AcpConfig`` backend.  A profile derives from its
+backend's settings, so its backend keys carry over by name, with no mapping
+to keep in step; the daemon adds only its own: ``timeout_s`` goes to the
+backend config of external kinds and to ``timeout_ms`` of an LLM agent,
+``pass_env`` into ``env``, a folder ``cwd`` as the backend holds it, and
 ``stop_grace_s`` falls back to the ``[server]`` value (docs/contract.md §11.37).
 """
 
@@ -16,9 +19,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from oma_bridge.agent import AgentConfig
+from oma_bridge.backends.acp.config import AcpConfig
+from oma_bridge.backends.llm.config import LlmConfig
+from oma_bridge.backends.process.config import ProcessConfig
 from oma_bridge.server.config import AcpProfile, LlmProfile, ProcessProfile, ServerSection
 
 __all__ = ["agent_profile_info", "agent_profile_infos", "profile_agent_config"]
@@ -50,54 +56,43 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
         "system_prompt": profile.system_prompt,
     }
     if isinstance(profile, LlmProfile):
-        llm = profile.model_dump(exclude={"kind", "description", "system_prompt", "timeout_s"})
-        if profile.max_turns is None:
-            del llm["max_turns"]
+        agent = {
+            key: value for key in _LLM_AGENT_KEYS if (value := getattr(profile, key)) is not None
+        }
         timeout_ms = None if profile.timeout_s is None else round(profile.timeout_s * 1000)
-        return AgentConfig(**common, **llm, timeout_ms=timeout_ms)
-    external: dict[str, Any] = {
-        "command": profile.command,
-        "args": profile.args,
+        backend = _library_config(LlmConfig, profile)
+        return AgentConfig(**common, **agent, timeout_ms=timeout_ms, backend=backend)
+    settings: dict[str, Any] = {
         # Secrets the profile asked for come from the daemon's environment;
         # its own ``env`` entries win over them.
         "env": {
             **{name: os.environ[name] for name in profile.pass_env if name in os.environ},
             **profile.env,
         },
-        "timeout_s": profile.timeout_s,
     }
-    # The backends are imported when a profile of their kind is first built,
-    # not at start-up (the ACP package alone costs ~30 ms of import time).
+    if "stop_grace_s" not in profile.model_fields_set:
+        settings["stop_grace_s"] = server.stop_grace_s
+    cwd = profile.cwd if isinstance(profile.cwd, Path) else None
     if isinstance(profile, ProcessProfile):
-        from oma_bridge.backends.process.config import ProcessConfig
-
-        process = ProcessConfig(
-            **external,
-            cwd=str(profile.cwd) if isinstance(profile.cwd, Path) else None,
-            input=profile.input,
-            stop_grace_s=server.stop_grace_s
-            if profile.stop_grace_s is None
-            else profile.stop_grace_s,
-            **{
-                key: value
-                for key in ("max_output_bytes", "stderr_tail_bytes")
-                if (value := getattr(profile, key)) is not None
-            },
-        )
+        process = _library_config(ProcessConfig, profile, cwd=str(cwd) if cwd else None, **settings)
         return AgentConfig(**common, backend=process)
-    from oma_bridge.backends.acp.config import AcpConfig
+    return AgentConfig(**common, backend=_library_config(AcpConfig, profile, cwd=cwd, **settings))
 
-    acp = AcpConfig(
-        **external,
-        cwd=profile.cwd if isinstance(profile.cwd, Path) else None,
-        permission=profile.permission,
-        fs=profile.fs,
-        terminal=profile.terminal,
-        model=profile.model,
-        auth_method=profile.auth_method,
-        mcp_servers=profile.mcp_servers,
-        cancel_grace_s=profile.cancel_grace_s,
-        coalesce_text=profile.coalesce_text,
-        stop_grace_s=server.stop_grace_s if profile.stop_grace_s is None else profile.stop_grace_s,
-    )
-    return AgentConfig(**common, backend=acp)
+
+#: The keys of an llm profile that are the agent's (``AgentConfig``), not its backend's.
+_LLM_AGENT_KEYS = ("max_turns", "max_token_budget")
+
+_Config = TypeVar("_Config", LlmConfig, ProcessConfig, AcpConfig)
+
+
+def _library_config(config: type[_Config], profile: Profile, **daemon: Any) -> _Config:
+    """The library config of ``profile``: its backend keys as they are, and the daemon's own.
+
+    The profile declares no backend key of its own (it derives from the
+    backend's settings, which declare them), and it validated them from the
+    TOML: they are carried over, not validated again.
+    """
+    keys = config.model_fields.keys() & profile.model_fields_set
+    values = {key: getattr(profile, key) for key in keys}
+    values.update(daemon)
+    return config.model_construct(**values)

@@ -63,7 +63,7 @@ async def test_a_turn_that_raises_is_an_internal_error_not_the_daemons_end(
         victim = await echo_client(socket_path)
         session_id = await victim.new("/tmp")
         with monkeypatch.context() as patch:
-            patch.setattr(Agent, "execute_prompt", boom)
+            patch.setattr(Agent, "prompt", boom)
             answer = await victim.prompt(session_id, text("hello"))
         assert answer["error"] == {"code": -32603, "message": "Internal error"}
         assert "deep in the agent" not in json.dumps(answer)

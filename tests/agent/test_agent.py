@@ -362,3 +362,98 @@ async def test_close_waits_for_runs_awaited_elsewhere() -> None:
         # The run's own clean-up finished before close() returned.
         assert journal.finished_cleanup == 1
     assert box[0].status.code == "cancelled"
+
+
+def _children_of_this_task() -> list[anyio.TaskInfo]:
+    me = anyio.get_current_task().id
+    return [task for task in anyio.get_running_tasks() if task.parent_id == me]
+
+
+async def test_an_entered_stream_runs_its_producer_in_the_blocks_task_group() -> None:
+    agent, journal = make_agent(delay_s=0.05)
+    async with agent.stream("a b c d e") as stream:
+        assert await stream.__anext__() == StreamEvent("text", "a ")
+        assert [task.name for task in _children_of_this_task()] != []
+    assert _children_of_this_task() == []
+    assert journal.finished_cleanup == 1 and agent.active_run_ids == []
+
+
+async def test_an_exception_in_the_block_stops_the_run_and_leaves_as_itself() -> None:
+    agent, journal = make_agent(delay_s=0.05)
+    with pytest.raises(KeyError, match="the consumer's own"):
+        async with agent.stream("a b c d e") as stream:
+            async for _event in stream:
+                raise KeyError("the consumer's own")
+    assert journal.finished_cleanup == 1 and agent.active_run_ids == []
+
+
+async def test_close_stops_an_entered_stream_iterated_in_another_task() -> None:
+    agent, journal = make_agent(delay_s=0.05)
+    seen: list[StreamEvent] = []
+
+    async def consume() -> None:
+        async with agent.stream("a b c d e f g h i j") as stream:
+            async for event in stream:
+                seen.append(event)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(consume)
+        with anyio.fail_after(5):
+            while not seen:  # noqa: ASYNC110 - polling a plain list
+                await anyio.sleep(0.01)
+        await agent.close()
+        # The stream's run and its clean-up ended before close() returned.
+        assert journal.finished_cleanup == 1 and not agent._streams
+    assert len(seen) < 10
+
+
+async def test_close_stops_a_bare_stream_its_consumer_dropped() -> None:
+    agent, journal = make_agent(delay_s=0.05)
+    stream = agent.stream("a b c d e f g h i j")
+    assert await stream.__anext__() == StreamEvent("text", "a ")
+    await agent.close()
+    assert journal.finished_cleanup == 1 and not agent._streams
+    await stream.aclose()
+
+
+async def test_prepared_input_is_taken_in_once_and_serves_one_run() -> None:
+    agent, journal = make_agent()
+    prepared = agent.prepare(conversation())
+    assert prepared.prompt is None and prepared.value == conversation()
+    result = await agent.run(prepared, run_id="r1")
+    assert result.success and journal.runs[0]["messages"] == conversation()
+    with pytest.raises(RuntimeError, match="serves one run"):
+        await agent.run(prepared)
+    with pytest.raises(RuntimeError, match="serves one run"):
+        agent.stream(prepared)
+    turn = agent.prepare_prompt("hello")
+    assert turn.prompt == "hello"
+    assert (await agent.prompt(turn)).success
+    assert agent.get_history()[0] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "hello"}],
+    }
+    with pytest.raises(InvalidMessageError):
+        agent.prepare([{"role": "robot", "content": []}])
+
+
+async def test_structured_input_prepared_for_an_llm_agent_meets_a_text_only_ones_boundary() -> None:
+    llm, _ = make_agent()
+    text_only, journal = make_agent(kind="process")
+    prepared = llm.prepare(conversation())
+    with pytest.raises(InvalidMessageError, match="accepts string prompts only"):
+        await text_only.run(prepared)
+    assert journal.runs == []
+    assert (await text_only.run(llm.prepare("plain text"))).success
+
+
+async def test_run_takes_a_permission_handler_and_an_event_listener() -> None:
+    agent, journal = make_agent()
+    events: list[StreamEvent] = []
+
+    async def listen(event: StreamEvent) -> None:
+        events.append(event)
+
+    result = await agent.run("a b", on_event=listen, max_token_budget=7)
+    assert [event.data for event in events] == ["a ", "b "]
+    assert result.output == "a b " and journal.runs[0]["max_token_budget"] == 7

@@ -206,3 +206,33 @@ async def test_evaluation_never_changes_the_result() -> None:
     run = await oma.run_agent(AgentConfig(backend=ScriptedConfig(journal=journal)), "keep")
     await oma.shutdown(5)
     assert run.output == "keep "
+
+
+async def test_an_entered_evaluator_scores_in_its_owners_task_group() -> None:
+    release = anyio.Event()
+    owner = anyio.get_current_task().id
+
+    async def slow(e: EvaluationInput) -> Score:
+        await release.wait()
+        return Score(1, True)
+
+    evaluator = OnlineEvaluator(EvaluationConfig(scorers=[slow], max_concurrent=2))
+    async with evaluator:
+        for index in range(3):
+            evaluator.submit("in", result(f"r{index}"), agent="a")
+        await anyio.lowlevel.checkpoint()
+        workers = [t for t in anyio.get_running_tasks() if t.parent_id == owner]
+        assert len(workers) == 2  # max_concurrent, both children of this block's group
+        release.set()
+        assert await evaluator.force_flush(5) is True
+        assert evaluator.stats.completed == 3
+        release = anyio.Event()  # the next jobs wait for good: the block's end stops them
+        for index in range(3, 6):
+            evaluator.submit("in", result(f"r{index}"), agent="a")
+        await anyio.lowlevel.checkpoint()
+    assert [t for t in anyio.get_running_tasks() if t.parent_id == owner] == []
+    # Two were being scored when the block ended, one still queued: dropped.
+    assert (evaluator.stats.completed, evaluator.stats.dropped) == (3, 1)
+    evaluator.submit("in", result("late"), agent="a")
+    assert evaluator.stats.dropped == 2
+    assert await evaluator.force_flush(1) is True

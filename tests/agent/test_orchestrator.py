@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from oma_bridge.agent import AgentConfig
+from oma_bridge.agent import AgentConfig, prepare
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.orchestration.evaluation import EvaluationConfig
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -206,3 +206,19 @@ async def test_cancel_a_live_run_agent_call() -> None:
         assert oma.cancel("live") is True
     assert box[0].status.code == "cancelled"
     assert oma.cancel("live") is False
+
+
+async def test_run_agent_takes_input_prepared_against_its_config() -> None:
+    config = llm_config()
+    progress: list[dict[str, Any]] = []
+    oma = OpenMultiAgent(on_progress=progress.append)
+    prepared = prepare(messages(), config)
+    result = await oma.run_agent(config, prepared)
+    assert result.success and result.output == "hello structured "
+    assert progress[0]["data"] == {"messages": messages()}
+    with pytest.raises(RuntimeError, match="serves one run"):
+        await oma.run_agent(config, prepared)
+    text = prepare("plain", config)
+    assert (await oma.run_agent(config, text)).output == "plain "
+    starts = [event["data"] for event in progress if event["type"] == "agent_start"]
+    assert starts == [{"messages": messages()}, {"prompt": "plain"}]

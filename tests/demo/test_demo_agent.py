@@ -103,8 +103,8 @@ async def test_tool_call_asks_for_permission(tmp_path: Path, kind: str, expected
     agent = _agent(tmp_path)
     try:
         with anyio.fail_after(20):
-            result = await agent.execute(
-                agent.prepare_run_input("/tool a b c"),
+            result = await agent.run(
+                agent.prepare("/tool a b c"),
                 run_id="r1",
                 permission_handler=_choose(kind),
             )
@@ -128,8 +128,8 @@ async def test_always_allow_is_remembered_for_the_session(tmp_path: Path) -> Non
     try:
         with anyio.fail_after(20):
             for run_id in ("r1", "r2"):
-                result = await agent.execute(
-                    agent.prepare_run_input("/tool x"), run_id=run_id, permission_handler=always
+                result = await agent.run(
+                    agent.prepare("/tool x"), run_id=run_id, permission_handler=always
                 )
                 assert result.output == "The tool counted 1 word."
         assert asked == ["r1"]

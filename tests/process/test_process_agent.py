@@ -105,6 +105,52 @@ async def test_leaving_stream_early_kills_an_escapee_after_the_child_exited() ->
         await worker.close()
 
 
+async def test_breaking_out_of_an_entered_stream_ends_the_tree_within_the_block() -> None:
+    worker = agent(ProcessConfig(**script("proc_tree.py", "--ignore-term"), stop_grace_s=0.3))
+    seen = ""
+    pids: dict[str, int] = {}
+    try:
+        with anyio.fail_after(10):
+            async with worker.stream("go") as stream:
+                async for event in stream:
+                    seen += event.data if event.type == "text" else ""
+                    if len(pids := tree_pids(seen)) == 2:
+                        break
+        # The block waited for the run's clean-up: SIGTERM, the grace, SIGKILL.
+        assert len(pids) == 2 and wait_gone(list(pids.values()), within=0.5)
+    finally:
+        kill_all(list(pids.values()))
+        await worker.close()
+
+
+async def test_an_entered_stream_cancelled_from_outside_keeps_the_sigterm_grace(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "graceful"
+    code = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    time.sleep(0.3)\n"
+        f"    open({str(marker)!r}, 'w').close()\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    worker = agent(ProcessConfig(command=PYTHON, args=("-c", code), input="none", stop_grace_s=5))
+    try:
+        with anyio.move_on_after(10) as timer:
+            async with worker.stream("go") as stream:
+                async for event in stream:
+                    if event.type == "text" and "ready" in event.data:
+                        timer.deadline = anyio.current_time()  # cancelled from outside
+        assert timer.cancelled_caught
+        # The process had its grace: its SIGTERM handler finished before the block ended.
+        assert marker.exists()
+    finally:
+        await worker.close()
+
+
 async def test_cancel_mid_run_kills_the_child_and_reports_cancelled() -> None:
     worker = agent(ProcessConfig(**script("proc_tree.py"), stop_grace_s=0.3))
     events: list[str] = []

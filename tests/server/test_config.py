@@ -134,6 +134,59 @@ def test_every_acp_and_llm_key_is_accepted(tmp_path: Path) -> None:
         ('[server]\ntcp = "7878"', "server.tcp", "host:port"),
         ('[server]\nallowed_hosts = ["a.test:80"]', "server.allowed_hosts", "without a port"),
         ("[server]\nsurprise = 1", "server.surprise", "unknown key"),
+        # Backend keys: the library's own, strict; what the daemon sets is no profile's.
+        (
+            '[agents.a]\nkind = "acp"\ncommand = "x"\nterminal = "yes"',
+            "agents.a.terminal",
+            "boolean",
+        ),
+        (
+            '[agents.a]\nkind = "process"\ncommand = "x"\ntimeout_s = "5"',
+            "agents.a.timeout_s",
+            "number",
+        ),
+        (
+            '[agents.a]\nkind = "process"\ncommand = "x"\nmax_output_bytes = "9"',
+            "agents.a.max_output_bytes",
+            "integer",
+        ),
+        (
+            '[agents.a]\nkind = "llm"\nprovider = "echo"\nmodel = "e"\ntemperature = "0.5"',
+            "agents.a.temperature",
+            "number",
+        ),
+        (
+            '[agents.a]\nkind = "llm"\nprovider = "robot"\nmodel = "e"',
+            "agents.a.provider",
+            "'echo'",
+        ),
+        ('[agents.a]\nkind = "llm"\nprovider = "echo"', "agents.a.model", "missing"),
+        (
+            '[agents.a]\nkind = "acp"\ncommand = "x"\nlabels = { a = "b" }',
+            "agents.a.labels",
+            "unknown key",
+        ),
+        (
+            '[agents.a]\nkind = "acp"\ncommand = "x"\nresume_session = "s"',
+            "agents.a.resume_session",
+            "unknown key",
+        ),
+        (
+            '[agents.a]\nkind = "process"\ncommand = "x"\nlabels = {}',
+            "agents.a.labels",
+            "unknown key",
+        ),
+        (
+            '[agents.a]\nkind = "llm"\nprovider = "echo"\nmodel = "e"\ntools = []',
+            "agents.a.tools",
+            "unknown key",
+        ),
+        ('[agents.a]\nkind = "acp"\ncommand = ""', "agents.a.command", "at least 1"),
+        (
+            '[agents.a]\nkind = "acp"\ncommand = "x"\nstop_grace_s = -1',
+            "agents.a.stop_grace_s",
+            "0",
+        ),
     ],
 )
 def test_errors_name_file_key_and_problem(
@@ -154,6 +207,8 @@ def test_remote_tcp_needs_allow_remote(tmp_path: Path) -> None:
 def test_values_are_not_echoed_in_errors(tmp_path: Path) -> None:
     error = _error('[server]\nmax_connections = "hunter2-secret"', tmp_path)
     assert "hunter2" not in str(error)
+    error = _error('[agents.a]\nkind = "acp"\ncommand = "x"\nterminal = "hunter2"', tmp_path)
+    assert error.key == "agents.a.terminal" and "hunter2" not in str(error)
 
 
 def test_invalid_toml_and_unreadable_file(tmp_path: Path) -> None:
@@ -199,3 +254,35 @@ def test_profiles_become_agent_configs(tmp_path: Path) -> None:
     demo = profile_agent_config("demo", config.agents["demo"], config.server)
     assert isinstance(demo.backend, AcpConfig)
     assert (demo.backend.command, demo.backend.permission) == (sys.executable, "reject")
+
+
+def test_stop_grace_falls_back_to_the_servers_for_both_command_kinds(tmp_path: Path) -> None:
+    from oma_bridge.backends.acp.config import AcpConfig
+    from oma_bridge.backends.llm.config import LlmConfig
+    from oma_bridge.backends.process.config import ProcessConfig
+    from oma_bridge.server.profiles import profile_agent_config
+
+    config = parse_config(
+        "[server]\nstop_grace_s = 2\n"
+        '[agents.p]\nkind = "process"\ncommand = "wc"\n'
+        '[agents.p1]\nkind = "process"\ncommand = "wc"\nstop_grace_s = 0.5\n'
+        '[agents.a]\nkind = "acp"\ncommand = "x"\ncwd = "sub"\nmax_line_bytes = 4096\n'
+        '[agents.a1]\nkind = "acp"\ncommand = "x"\nstop_grace_s = 0\ncwd = "client"\n'
+        '[agents.l]\nkind = "llm"\nprovider = "echo"\nmodel = "e"\ncall_timeout_ms = 50\n',
+        source="x",
+        base_dir=tmp_path,
+    )
+    graces = {}
+    for name in ("p", "p1", "a", "a1"):
+        backend = profile_agent_config(name, config.agents[name], config.server).backend
+        assert isinstance(backend, ProcessConfig | AcpConfig)
+        graces[name] = backend.stop_grace_s
+    assert graces == {"p": 2, "p1": 0.5, "a": 2, "a1": 0}
+    acp = profile_agent_config("a", config.agents["a"], config.server).backend
+    assert isinstance(acp, AcpConfig)
+    assert (acp.cwd, acp.max_line_bytes, acp.labels) == (tmp_path / "sub", 4096, {})
+    client = profile_agent_config("a1", config.agents["a1"], config.server).backend
+    assert isinstance(client, AcpConfig) and client.cwd is None
+    llm = profile_agent_config("l", config.agents["l"], config.server)
+    assert isinstance(llm.backend, LlmConfig)
+    assert (llm.backend.call_timeout_ms, llm.max_turns, llm.max_token_budget) == (50, 10, None)

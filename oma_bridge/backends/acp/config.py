@@ -5,15 +5,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from oma_bridge.backends.command import CommandSettings
 
 if TYPE_CHECKING:
     from oma_bridge.backends.acp.backend import AcpBackend
 
-__all__ = ["AcpConfig"]
+__all__ = ["AcpConfig", "AcpSettings"]
 
 
-class AcpConfig(BaseModel):
+class AcpSettings(CommandSettings):
+    """The keys of an ACP agent that its user chooses (a daemon profile's too)."""
+
+    kind: Literal["acp"] = "acp"
+    permission: Literal["client", "auto-approve", "reject"] = "client"
+    fs: Literal["cwd", "none"] = "cwd"
+    terminal: StrictBool = False
+    model: StrictStr | None = Field(default=None, min_length=1)
+    auth_method: StrictStr | None = Field(default=None, min_length=1)
+    #: ACP ``McpServer`` objects passed to ``session/new`` as they are (the
+    #: ACP layer validates their shape).
+    mcp_servers: tuple[dict[StrictStr, Any], ...] = ()
+    cancel_grace_s: StrictFloat = Field(default=10.0, ge=0)
+    #: Join the texts of the ``agent_message_chunk`` updates that arrive in
+    #: one read into one ``text`` event (joined, events still equal the
+    #: output).  Off: one event per chunk, as OMA streams them.  On: far
+    #: fewer events to relay when an agent bursts (see docs/benchmarks.md).
+    coalesce_text: StrictBool = False
+    #: Ceiling of one stdout line (one JSON-RPC message).
+    max_line_bytes: StrictInt = Field(default=32 * 1024 * 1024, ge=1024)
+
+
+class AcpConfig(AcpSettings):
     """How to start and drive one ACP agent (docs/contract.md §9, §11.14).
 
     ``permission``: ``"client"`` asks whoever started the run (the
@@ -28,38 +52,15 @@ class AcpConfig(BaseModel):
     put in a child's environment.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["acp"] = "acp"
-    command: str = Field(min_length=1)
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = Field(default_factory=dict)
     #: Working directory of the agent and of its session; default: the current one.
     cwd: Path | None = None
-    permission: Literal["client", "auto-approve", "reject"] = "client"
-    fs: Literal["cwd", "none"] = "cwd"
-    terminal: bool = False
-    model: str | None = None
-    auth_method: str | None = None
-    #: ACP ``McpServer`` objects passed to ``session/new`` as they are.
-    mcp_servers: tuple[dict[str, Any], ...] = ()
-    cancel_grace_s: float = Field(default=10.0, ge=0)
     #: A ``permission = "client"`` request unanswered this long gets the
     #: least-privilege reject option (docs/contract.md §11.12); ``None``: no limit.
-    permission_timeout_s: float | None = Field(default=None, gt=0)
-    stop_grace_s: float = Field(default=5.0, ge=0)
+    permission_timeout_s: StrictFloat | None = Field(default=None, gt=0)
     #: A session of this agent to continue (``session/resume`` or ``session/load``,
     #: when the agent advertises them) instead of a new one: the daemon sets it
     #: when it brings a persisted session back after a restart.
-    resume_session: str | None = None
-    timeout_s: float | None = Field(default=None, gt=0)
-    #: Join the texts of the ``agent_message_chunk`` updates that arrive in
-    #: one read into one ``text`` event (joined, events still equal the
-    #: output).  Off: one event per chunk, as OMA streams them.  On: far
-    #: fewer events to relay when an agent bursts (see docs/benchmarks.md).
-    coalesce_text: bool = False
-    #: Ceiling of one stdout line (one JSON-RPC message).
-    max_line_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    resume_session: StrictStr | None = None
     #: Whose the processes are, for ``daemon/status`` (set by the daemon, not a profile).
     labels: dict[str, str] = Field(default_factory=dict)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from oma_bridge.tools import ToolDefinition
 
@@ -12,10 +12,30 @@ if TYPE_CHECKING:
     from oma_bridge.backends.llm.backend import LLMBackend
     from oma_bridge.backends.llm.http import RetryPolicy
 
-__all__ = ["LLM_KEYS", "LlmConfig"]
+__all__ = ["LLM_KEYS", "LlmConfig", "LlmSettings"]
 
 
-class LlmConfig(BaseModel):
+class LlmSettings(BaseModel):
+    """The keys of an LLM agent that its user chooses (a daemon profile's too).
+
+    The scalar types are strict, as for every backend (a TOML ``"0.5"`` is
+    not a number).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["llm"] = "llm"
+    provider: StrictStr | None = None
+    model: StrictStr | None = None
+    base_url: StrictStr | None = Field(default=None, min_length=1)
+    api_key_env: StrictStr | None = Field(default=None, min_length=1)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    temperature: StrictFloat | None = Field(default=None, ge=0)
+    #: Per-call timeout (and longest stall of a stream), in milliseconds.
+    call_timeout_ms: StrictInt | None = Field(default=None, gt=0)
+
+
+class LlmConfig(LlmSettings):
     """Which provider and model an LLM agent calls, and how.
 
     ``provider`` unset means Anthropic, as in open-multi-agent; ``"echo"`` is
@@ -26,15 +46,7 @@ class LlmConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    kind: Literal["llm"] = "llm"
-    provider: str | None = None
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = None
-    #: Per-call timeout (and longest stall of a stream), in milliseconds.
-    call_timeout_ms: int | None = Field(default=None, gt=0)
+    #: Tools the model may call (code, not settings: no profile sets them).
     tools: tuple[ToolDefinition, ...] = ()
 
     def create(self, *, agent_name: str, retry: RetryPolicy | None = None) -> LLMBackend:

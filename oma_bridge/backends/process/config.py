@@ -4,17 +4,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, StrictInt, StrictStr
+
+from oma_bridge.backends.command import CommandSettings
 
 if TYPE_CHECKING:
     from oma_bridge.backends.process.backend import ProcessBackend
 
-__all__ = ["ProcessConfig", "ProcessInput"]
+__all__ = ["ProcessConfig", "ProcessInput", "ProcessSettings"]
 
 ProcessInput = Literal["stdin", "argument", "none"]
 
 
-class ProcessConfig(BaseModel):
+class ProcessSettings(CommandSettings):
+    """The keys of a process agent that its user chooses (a daemon profile's too).
+
+    ``input`` says how the prompt is delivered: written to ``stdin`` then
+    closed, as the last ``argument``, or not at all (``none``, stdin closed
+    at once).
+    """
+
+    kind: Literal["process"] = "process"
+    input: ProcessInput = "stdin"
+    #: stdout past this many bytes fails the run and ends the process tree.
+    max_output_bytes: StrictInt = Field(default=64 * 1024 * 1024, gt=0)
+    #: How much of stderr's end is kept for the failure message.
+    stderr_tail_bytes: StrictInt = Field(default=64 * 1024, gt=0)
+
+
+class ProcessConfig(ProcessSettings):
     """A command run once per turn: the prompt goes in, stdout comes out.
 
     ``command`` is exec'd directly (no shell) with ``args``; ``env`` is laid
@@ -28,22 +46,8 @@ class ProcessConfig(BaseModel):
     put in the child's environment.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["process"] = "process"
-    command: str = Field(min_length=1)
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
-    input: ProcessInput = "stdin"
-    #: Whole-run limit; the run ends with status ``timeout`` when it passes.
-    timeout_s: float | None = Field(default=None, gt=0)
-    #: stdout past this many bytes fails the run and ends the process tree.
-    max_output_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
-    #: How much of stderr's end is kept for the failure message.
-    stderr_tail_bytes: int = Field(default=64 * 1024, gt=0)
-    #: Between SIGTERM and SIGKILL when a run is cancelled.
-    stop_grace_s: float = Field(default=5.0, ge=0)
+    #: The folder it runs in; default: the current one.
+    cwd: StrictStr | None = None
     #: Whose the processes are, for ``daemon/status`` (set by the daemon, not a profile).
     labels: dict[str, str] = Field(default_factory=dict)
 

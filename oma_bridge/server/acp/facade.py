@@ -450,7 +450,7 @@ class _Connection:
         # Refused before anything is spawned or opened (docs/acp.md, rule F2).
         run_input = prompt_input(params.get("prompt"), hosted.agent.kind, hosted.profile_name)
         try:
-            turn = hosted.agent.prepare_prompt_input(run_input)
+            turn = hosted.agent.prepare_prompt(run_input)
         except InvalidMessageError as error:
             raise WireError(
                 INVALID_PARAMS, error.message, {"name": error.name, "code": error.code}

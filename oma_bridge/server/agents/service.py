@@ -18,6 +18,7 @@ The service composes the jobs of this package:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -32,7 +33,7 @@ import anyio.to_thread
 
 from oma_bridge import observe
 from oma_bridge._version import __version__
-from oma_bridge.agent import Agent, RunStream, prepare_run_input
+from oma_bridge.agent import Agent, PreparedInput, PreparedPrompt, prepare
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -135,8 +136,12 @@ class AgentService:
         if self.restorable:
             logger.info("%d persisted session(s) can be resumed", len(self.restorable))
         unsubscribe = observe.subscribe(self._audit_side_effect)
+        evaluator = self.orchestrator.evaluator
+        # The evaluator's workers are hosted here, for as long as the daemon
+        # serves (aclose() drains them first, with the stop grace).
+        evaluating = evaluator if evaluator is not None else contextlib.nullcontext()
         try:
-            async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg, evaluating:
                 self.task_group = tg
                 tg.start_soon(self.store.run)
                 tg.start_soon(self.reap_idle)
@@ -343,10 +348,11 @@ class AgentService:
         request = parse_params(RunParams, params)
         hosted = self._hosted(request.agentId)
         try:
-            if method == "agent/prompt":
-                prepared: Any = hosted.agent.prepare_prompt_input(request.input)
-            else:
-                prepared = hosted.agent.prepare_run_input(request.input)
+            prepared: PreparedInput | PreparedPrompt = (
+                hosted.agent.prepare_prompt(request.input)
+                if method == "agent/prompt"
+                else hosted.agent.prepare(request.input)
+            )
         except InvalidMessageError as error:
             raise invalid_message(error) from None
         result = await self.turn(
@@ -365,7 +371,7 @@ class AgentService:
         session: Session,
         hosted: HostedAgent,
         method: str,
-        prepared: Any,
+        prepared: PreparedInput | PreparedPrompt,
         *,
         journaled_input: Any,
         run_id: str | None = None,
@@ -375,7 +381,9 @@ class AgentService:
 
         ``method`` says how: ``agent/run`` (fresh), ``agent/stream`` (fresh, with
         ``run/event`` to ``session``), ``agent/prompt`` or ``session/prompt``
-        (a turn of the agent's history; ``prepared`` is the user turn).
+        (a turn of the agent's history; ``prepared`` is the user turn).  The
+        agent takes ``prepared`` as it is: it was guarded and copied once, when
+        the request came.
         """
         agent = hosted.agent
         run = self.runs.new(run_id, hosted.agent_id, method, session)
@@ -415,18 +423,20 @@ class AgentService:
             return await run_turn()
 
         async def run_turn() -> AgentRunResult:
-            if method in ("agent/prompt", "session/prompt"):
-                result = await agent.execute_prompt(
-                    prepared, run_id=run_id, emit=emit, permission_handler=permission
+            if isinstance(prepared, PreparedPrompt):
+                result = await agent.prompt(
+                    prepared, run_id=run_id, on_event=emit, permission_handler=permission
                 )
             elif method == "agent/run":
-                result = await agent.execute(
-                    prepared, run_id=run_id, emit=emit, permission_handler=permission
+                result = await agent.run(
+                    prepared, run_id=run_id, on_event=emit, permission_handler=permission
                 )
             else:
                 # One event handed over at a time: the run goes at the pace of the
                 # caller's socket, event by event, as the journal records them.
-                stream = RunStream(agent, prepared, run_id, permission_handler=permission, buffer=0)
+                stream = agent.stream(
+                    prepared, run_id=run_id, permission_handler=permission, buffer=0
+                )
                 async with stream:
                     async for event in stream:
                         await emit(event)
@@ -509,7 +519,7 @@ class AgentService:
             one_off = HookTarget("", overrides.profile, profile, session)
             config = config.model_copy(update=self.remote.hooks(lambda: one_off, flags))
         try:
-            prepare_run_input(request.input, config)  # -32010 before anything is queued
+            prepared = prepare(request.input, config)  # -32010 before anything is queued
         except InvalidMessageError as error:
             raise invalid_message(error) from None
         run = self.runs.new(run_id, None, "oma/runAgent", session)
@@ -523,7 +533,7 @@ class AgentService:
         async def execute() -> AgentRunResult:
             return await self.orchestrator.run_agent(
                 config,
-                request.input,
+                prepared,
                 run_id=run_id,
                 metadata=request.metadata,
                 permission_handler=self.remote.permission_handler(session, None),
