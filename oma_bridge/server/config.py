@@ -277,13 +277,25 @@ class ProcessProfile(_ExternalProfile):
     stderr_tail_bytes: PositiveInt | None = None
 
 
+def _terminal(value: Any) -> Any:
+    # One line naming the key, not a union's two errors.
+    if isinstance(value, bool) or value == "client":
+        return value
+    raise ValueError("must be true, false or 'client'")
+
+
+#: ``true``: the daemon serves ``terminal/*``; ``"client"``: an attached ACP client does.
+TerminalSetting = Annotated[StrictBool | Literal["client"], BeforeValidator(_terminal)]
+
+
 class AcpProfile(_ExternalProfile):
     """``kind = "acp"``: an Agent Client Protocol agent, one session across runs."""
 
     kind: Literal["acp"]
     permission: Literal["client", "auto-approve", "reject"] = "client"
-    fs: Literal["cwd", "none"] = "cwd"
-    terminal: StrictBool = False
+    #: ``"client"``: an attached ACP client that advertised fs serves it (docs/acp.md).
+    fs: Literal["cwd", "none", "client"] = "cwd"
+    terminal: TerminalSetting = False
     model: NonEmptyStr | None = None
     auth_method: NonEmptyStr | None = None
     # Kept as ACP ``McpServer`` objects; the ACP layer validates their shape.

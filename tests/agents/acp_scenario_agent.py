@@ -389,6 +389,22 @@ class ScenarioAgent:
         await self.cancelled[sid].wait()
         return self._stop("cancelled")
 
+    async def do_terminalgone(self, sid: str, text: str, rest: str) -> Any:
+        """``terminalgone``: a terminal, its output, then two calls that may fail (each said)."""
+        created = await self.conn.create_terminal(
+            session_id=sid, command=sys.executable, args=["-c", "print('hi')"]
+        )
+        tid = created.terminal_id
+        output = await self.conn.terminal_output(session_id=sid, terminal_id=tid)
+        await self._say(sid, f"output={output.output}")
+        for call in (self.conn.wait_for_terminal_exit, self.conn.terminal_output):
+            try:
+                await call(session_id=sid, terminal_id=tid)
+                await self._say(sid, " ok")
+            except RequestError as exc:
+                await self._say(sid, f" error:{exc.code}:{exc}")
+        return self._stop("end_turn")
+
     async def do_terminalhang(self, sid: str, text: str, rest: str) -> Any:
         created = await self.conn.create_terminal(
             session_id=sid,

@@ -21,7 +21,11 @@ class AcpConfig(BaseModel):
     daemon's client) and picks the least-privilege reject option when nobody
     can answer; ``"auto-approve"`` and ``"reject"`` are fixed policies.
     ``fs = "cwd"`` serves ``fs/*`` inside ``cwd``; ``terminal`` enables
-    ``terminal/*``.  ``model`` is applied to every new session.
+    ``terminal/*``.  ``"client"`` for either forwards those requests to a
+    client that can serve them (the daemon's ACP facade clients, through
+    the run's ``client_forwarder``); with none, as ``"cwd"`` / ``true``
+    (so in library use without a forwarder, ``"client"`` is served here).
+    ``model`` is applied to every new session.
     ``labels`` say whose the agent's processes are, its terminals' too (the
     daemon sets ``agentId``); they are listed by
     :meth:`~oma_bridge.supervision.supervisor.Supervisor.processes`, never
@@ -37,8 +41,8 @@ class AcpConfig(BaseModel):
     #: Working directory of the agent and of its session; default: the current one.
     cwd: Path | None = None
     permission: Literal["client", "auto-approve", "reject"] = "client"
-    fs: Literal["cwd", "none"] = "cwd"
-    terminal: bool = False
+    fs: Literal["cwd", "none", "client"] = "cwd"
+    terminal: bool | Literal["client"] = False
     model: str | None = None
     auth_method: str | None = None
     #: ACP ``McpServer`` objects passed to ``session/new`` as they are.

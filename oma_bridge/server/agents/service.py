@@ -38,6 +38,7 @@ from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.results import AgentRunResult, StreamEvent
+from oma_bridge.server.agents.client_calls import client_forwarder
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.overrides import agent_config, check_forbidden
 from oma_bridge.server.agents.registry import HookTarget, HostedAgent
@@ -241,6 +242,7 @@ class AgentService:
             agent=Agent(
                 config,
                 elicitation_handler=self.remote.elicitation_handler(target, self._run_session),
+                client_forwarder=client_forwarder(target, self._run_session),
             ),
             hooks=flags,
             owner=session if flags.beforeRun or flags.afterRun else None,
