@@ -472,6 +472,7 @@ class AcpBackend:
         base = {"cwd": str(self._cwd), "mcpServers": list(self.config.mcp_servers)}
         previous = self._previous_session
         caps = init.agent_capabilities
+        why = ""
         if previous is not None:
             # Continue the old session: resume (no replay) first, then load.
             methods = [
@@ -482,6 +483,8 @@ class AcpBackend:
                 )
                 if offered
             ]
+            why = "the agent advertises neither session/resume nor session/load"
+            failures = []
             for method in methods:
                 try:
                     raw = await live.peer.request(method, {"sessionId": previous, **base})
@@ -489,18 +492,33 @@ class AcpBackend:
                     if isinstance(exc, ConnectionClosedError):
                         raise
                     logger.info("ACP agent %s: %s failed (%s)", self.label, method, exc.message)
+                    failures.append(f"{method} failed with error {exc.rpc_code}: {exc.message}")
                     continue
                 session = SessionResponse.model_validate(raw or {})
                 session.session_id = previous
                 return session
+            why = "; ".join(failures) or why
         raw = await live.peer.request("session/new", base)
         session = SessionResponse.model_validate(raw)
         if not session.session_id:
             raise BackendError(f'ACP agent "{self.label}" answered session/new without sessionId')
+        if previous is not None:
+            self._not_continued(previous, session.session_id, why)
         self._previous_session = session.session_id
         self._session_is_fresh = True
         self._usage_baseline = 0
         return session
+
+    def _not_continued(self, previous: str, new: str, why: str) -> None:
+        """Say that the agent's earlier session is lost: logged, and a ``note`` to the observers
+        (the daemon journals it, PROTOCOL §13.4; docs/decisions.md, D21)."""
+        text = (
+            f'ACP agent "{self.label}": its earlier session {previous} could not be continued '
+            f"({' '.join(redact(why).split())}); a new session {new} started, and the agent "
+            "does not remember the earlier turns"
+        )
+        logger.warning("%s", text)
+        report("note", text=text, **self._who())
 
     async def _apply_model(self, live: _Live, session: SessionResponse, model: str) -> None:
         option_id = session.model_option_id()

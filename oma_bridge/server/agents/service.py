@@ -147,9 +147,19 @@ class AgentService:
             unsubscribe()
 
     def _audit_side_effect(self, event: str, fields: dict[str, Any]) -> None:
-        """Spawns, exits, file writes and denials, terminals: into the audit log."""
+        """Spawns, exits, file writes and denials, terminals: into the audit log.
+
+        A ``note`` (an acp agent's earlier session could not be continued,
+        PROTOCOL §13.4) goes into the agent's journal instead.
+        """
         agent_id = fields.pop("agentId", None)
         hosted = self.agents.get(agent_id) if agent_id else None
+        if event == "note":
+            if hosted is not None and isinstance(fields.get("text"), str):
+                # Appended at once, unpaced (an observer cannot wait): one small
+                # entry, written while the agent starts, before its turn's events.
+                hosted.journal.append({"type": "note", "text": fields["text"]})
+            return
         if event == "spawn" and hosted is not None:
             fields["profile"] = hosted.profile_name
         self.audit.record(event, agent_id, **fields)
