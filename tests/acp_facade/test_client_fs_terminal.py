@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from .harness import SCENARIO_AGENT, Facade, RawClient, facade_daemon, text
-from .test_downstream import said
+from .test_downstream import answered, said
 
 pytestmark = pytest.mark.anyio
 
@@ -49,6 +49,15 @@ async def opened(
     return client, await client.new(facade.work)
 
 
+async def forwarded(
+    facade: Facade, prompt: str, reply: dict[str, Any], method: str = "fs/read_text_file"
+) -> tuple[RawClient, str, dict[str, Any], dict[str, Any]]:
+    """A turn whose agent's one ``method`` request the editor answers ``reply``."""
+    return await answered(
+        facade, prompt, method, reply, name="editor", capabilities=EDITOR, profile="clientside"
+    )
+
+
 def audited(facade: Facade, event: str) -> list[dict[str, Any]]:
     return [record for record in facade.audit() if record["event"] == event]
 
@@ -63,15 +72,8 @@ def requests(client: RawClient, prefix: str) -> list[dict[str, Any]]:
 async def test_a_read_is_answered_from_the_editors_unsaved_buffer(facade: Facade) -> None:
     path = facade.work / "notes.txt"
     path.write_text("saved on disk")
-    client, session_id = await opened(facade, capabilities=EDITOR)
-    try:
-        with anyio.fail_after(30):
-            turn = await client.start_prompt(session_id, text(f"fs {path}"))
-            asked = await client.next_request("fs/read_text_file")
-            await client.answer(asked, {"result": {"content": "unsaved buffer"}})
-            answer = await client.until_answer(turn)
-    finally:
-        await client.close()
+    buffer = {"result": {"content": "unsaved buffer"}}
+    client, session_id, asked, answer = await forwarded(facade, f"fs {path}", buffer)
     assert answer["result"] == {"stopReason": "end_turn"}
     assert asked["params"] == {"sessionId": session_id, "path": str(path)}
     assert said(client) == "read:unsaved buffer"
@@ -82,15 +84,9 @@ async def test_a_write_goes_to_the_editor_and_the_file_on_disk_is_untouched(
 ) -> None:
     path = facade.work / "notes.txt"
     path.write_text("saved on disk")
-    client, session_id = await opened(facade, capabilities=EDITOR)
-    try:
-        with anyio.fail_after(30):
-            turn = await client.start_prompt(session_id, text(f"fswrite {path} edited"))
-            asked = await client.next_request("fs/write_text_file")
-            await client.answer(asked, {"result": {}})
-            answer = await client.until_answer(turn)
-    finally:
-        await client.close()
+    client, session_id, asked, answer = await forwarded(
+        facade, f"fswrite {path} edited", {"result": {}}, "fs/write_text_file"
+    )
     assert answer["result"] == {"stopReason": "end_turn"}
     assert asked["params"] == {"sessionId": session_id, "path": str(path), "content": "edited"}
     assert said(client) == "written"
@@ -101,17 +97,10 @@ async def test_a_write_goes_to_the_editor_and_the_file_on_disk_is_untouched(
 
 
 async def test_the_editors_error_reaches_the_agent_unchanged(facade: Facade) -> None:
-    path = facade.work / "gone.txt"
-    client, session_id = await opened(facade, capabilities=EDITOR)
-    try:
-        with anyio.fail_after(30):
-            turn = await client.start_prompt(session_id, text(f"fs {path}"))
-            asked = await client.next_request("fs/read_text_file")
-            error = {"code": -32002, "message": "no buffer for gone.txt"}
-            await client.answer(asked, {"error": error})
-            answer = await client.until_answer(turn)
-    finally:
-        await client.close()
+    error = {"code": -32002, "message": "no buffer for gone.txt"}
+    client, _, _, answer = await forwarded(
+        facade, f"fs {facade.work / 'gone.txt'}", {"error": error}
+    )
     assert answer["result"] == {"stopReason": "end_turn"}
     assert said(client).startswith("error:-32002:")
     assert "no buffer for gone.txt" in said(client)
