@@ -17,7 +17,8 @@ __all__ = ["Observer", "report", "subscribe"]
 logger = logging.getLogger(__name__)
 
 #: ``observer(event, fields)``: ``event`` is ``spawn``, ``exit``, ``fs_write``,
-#: ``fs_denied`` or ``terminal``; ``fields`` carry ``agentId`` when known.
+#: ``fs_denied``, ``terminal`` or ``note`` (``text``: an ACP agent's earlier
+#: session could not be continued); ``fields`` carry ``agentId`` when known.
 Observer = Callable[[str, dict[str, Any]], None]
 
 _observers: list[Observer] = []

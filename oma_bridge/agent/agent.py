@@ -23,6 +23,7 @@ from oma_bridge.backends import (
     Backend,
     BackendKind,
     BackendOutcome,
+    ClientForwarder,
     ElicitationHandler,
     Emit,
     PermissionHandler,
@@ -119,6 +120,7 @@ class Agent:
         *,
         permission_handler: PermissionHandler | None = None,
         elicitation_handler: ElicitationHandler | None = None,
+        client_forwarder: ClientForwarder | None = None,
     ) -> None:
         if isinstance(config.backend, LlmConfig):
             config.backend.check(config.name)
@@ -126,6 +128,8 @@ class Agent:
         self.permission_handler = permission_handler
         #: Answers an ACP agent's ``elicitation/create`` (every run); none: ``cancel``.
         self.elicitation_handler = elicitation_handler
+        #: Serves an ACP agent's ``fs = "client"`` / ``terminal = "client"`` requests.
+        self.client_forwarder = client_forwarder
         self._history: list[LLMMessage] = config.history_messages()
         self._state = AgentState()
         self._backend: Backend | None = None
@@ -416,6 +420,7 @@ class Agent:
                     max_turns=self.config.max_turns,
                     permission_handler=permission_handler,
                     elicitation_handler=self.elicitation_handler,
+                    client_forwarder=self.client_forwarder,
                 )
                 try:
                     outcome = await self._get_backend().run(context)

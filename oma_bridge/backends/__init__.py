@@ -38,6 +38,9 @@ __all__ = [
     "BackendConfig",
     "BackendKind",
     "BackendOutcome",
+    "ClientAnswer",
+    "ClientCall",
+    "ClientForwarder",
     "ElicitationHandler",
     "ElicitationRequest",
     "Emit",
@@ -106,6 +109,40 @@ class ElicitationRequest:
 ElicitationHandler: TypeAlias = Callable[[ElicitationRequest], Awaitable[Mapping[str, Any]]]
 
 
+@dataclass(frozen=True)
+class ClientCall:
+    """A request of an external agent that a client may serve instead of the host.
+
+    ACP's ``fs/read_text_file``, ``fs/write_text_file`` and ``terminal/*`` of
+    an agent whose profile says ``fs = "client"`` / ``terminal = "client"``;
+    ``params`` are the agent's without its ``sessionId``, paths already
+    confined to the agent's cwd (docs/acp.md, "fs and terminals served by a
+    client").
+    """
+
+    agent_name: str
+    #: The run the request came during (``None``: between runs).
+    run_id: str | None
+    method: str
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ClientAnswer:
+    """A client's answer to a :class:`ClientCall`, and who gave it (for the audit log)."""
+
+    answer: Any
+    #: ``{"client": {"name", "version"}, "connection": id}``, as ``decidedBy`` is.
+    served_by: Mapping[str, Any]
+
+
+#: Forwards a :class:`ClientCall` to a client that can serve it: its answer,
+#: or ``None`` when no such client is there (the backend then serves the
+#: request itself).  A client's error answer is raised as a ``WireError``
+#: and reaches the agent unchanged.
+ClientForwarder: TypeAlias = Callable[[ClientCall], Awaitable[ClientAnswer | None]]
+
+
 @dataclass
 class RunContext:
     """Everything a backend needs for one run."""
@@ -122,6 +159,8 @@ class RunContext:
     permission_handler: PermissionHandler | None = None
     #: Who answers an ACP agent's ``elicitation/create``; ``None``: ``cancel``.
     elicitation_handler: ElicitationHandler | None = None
+    #: Who serves ``fs = "client"`` / ``terminal = "client"`` requests; ``None``: the backend.
+    client_forwarder: ClientForwarder | None = None
     #: Free-form per-run data for observers (trace spans, metadata).
     extras: dict[str, Any] = field(default_factory=dict)
 

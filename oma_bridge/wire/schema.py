@@ -349,7 +349,13 @@ class UpdateEntry(TypedDict):
 
 @with_config(_CLOSED)
 class NoteEntry(TypedDict):
+    """What the daemon says about the session: today, that an acp agent's earlier
+    downstream session could not be continued after a restart (or a respawn) and a
+    new one started, with why (PROTOCOL §13.4; docs/sessions.md).  The ACP facade
+    relays it as an ``agent_message_chunk`` marked ``_meta["oma-bridge/note"]`` (D21)."""
+
     type: Literal["note"]
+    #: Plain text for a person, one line.
     text: str
 
 

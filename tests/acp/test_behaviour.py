@@ -105,6 +105,20 @@ async def test_fs_outside_cwd_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "evil.txt").exists()
 
 
+async def test_client_served_fs_and_terminals_fall_back_to_the_host_in_library_use(
+    tmp_path: Path,
+) -> None:
+    # No daemon, so no client to forward to: "client" is served as "cwd" / true.
+    (tmp_path / "notes.txt").write_text("on disk")
+    config = scenario_config(tmp_path, fs="client", terminal="client")
+    outcome, _ = await _one(config, f"fs {tmp_path / 'notes.txt'}")
+    assert outcome.output == "read:on disk"
+    outcome, _ = await _one(config, f"fswrite {tmp_path / 'new.txt'} hello")
+    assert (outcome.output, (tmp_path / "new.txt").read_text()) == ("written", "hello")
+    outcome, _ = await _one(config, "terminalrun print('here')")
+    assert outcome.output == "exit=0 signal=None output=here\n"
+
+
 async def test_fs_none_is_method_not_found(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a")
     outcome, _ = await _one(scenario_config(tmp_path, fs="none"), f"fs {tmp_path / 'a.txt'}")

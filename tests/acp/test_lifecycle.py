@@ -12,6 +12,7 @@ import anyio
 import psutil
 import pytest
 
+from oma_bridge import observe
 from oma_bridge.backends import PermissionRequest
 from oma_bridge.backends.acp import AcpBackend
 from oma_bridge.errors import BackendError, RunTimeoutError
@@ -212,6 +213,51 @@ async def test_respawn_prefers_session_resume_when_advertised(tmp_path: Path) ->
         assert outcome.output == f"session={session} how=resume turns=1 model=None"
     finally:
         await backend.aclose()
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"ACP_TEST_NO_LOAD": "1"}, "the agent advertises neither session/resume nor session/load"),
+        ({"ACP_TEST_LOAD_FAILS": "1"}, "session/load failed with error -32002: no session"),
+    ],
+)
+async def test_a_session_that_cannot_be_continued_is_reported_as_a_note(
+    tmp_path: Path, env: dict[str, str], why: str
+) -> None:
+    notes: list[dict[str, object]] = []
+    unsubscribe = observe.subscribe(
+        lambda event, fields: notes.append(fields) if event == "note" else None
+    )
+    config = scenario_config(tmp_path, env=env, resume_session="s-old", labels={"agentId": "a1"})
+    backend = AcpBackend(config, agent_name="coder")
+    try:
+        outcome, _ = await run_text(backend, "whoami")
+        new, how, *_ = outcome.output.split()
+        assert (new.startswith("session=s"), how) == (True, "how=new")
+    finally:
+        unsubscribe()
+        await backend.aclose()
+    [note] = notes
+    assert note["agentId"] == "a1"
+    text = str(note["text"])
+    assert text.startswith('ACP agent "coder": its earlier session s-old could not be continued')
+    assert why in text
+    assert f"a new session {new.removeprefix('session=')} started" in text
+    assert text.endswith("the agent does not remember the earlier turns")
+
+
+async def test_a_continued_session_writes_no_note(tmp_path: Path) -> None:
+    notes: list[str] = []
+    unsubscribe = observe.subscribe(lambda event, fields: notes.append(event))
+    backend = AcpBackend(scenario_config(tmp_path, resume_session="s-old"), agent_name="coder")
+    try:
+        outcome, _ = await run_text(backend, "whoami")
+        assert outcome.output.startswith("session=s-old how=load turns=1")
+    finally:
+        unsubscribe()
+        await backend.aclose()
+    assert "note" not in notes
 
 
 async def test_an_agent_that_died_while_idle_is_respawned_for_the_next_run(

@@ -80,10 +80,11 @@ async def answered(
     *,
     name: str = "raw-client",
     capabilities: dict[str, Any] | None = None,
+    profile: str = "scenario",
 ) -> tuple[RawClient, str, dict[str, Any], dict[str, Any]]:
-    """A turn of a new scenario session whose agent asks one ``method`` request, answered
-    ``reply``: the client (closed), the session, the request and the prompt's answer."""
-    client = await facade.raw("scenario")
+    """A turn of a new session (the scenario agent) whose agent asks one ``method`` request,
+    answered ``reply``: the client (closed), the session, the request and the prompt's answer."""
+    client = await facade.raw(profile)
     try:
         with anyio.fail_after(30):
             await client.initialize(name, capabilities)

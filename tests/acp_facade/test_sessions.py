@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from oma_bridge.demo.acp_agent import reply_chunks
 
-from .harness import Facade, facade_daemon, text
+from .harness import SCENARIO_AGENT, Facade, facade_daemon, text
 
 pytestmark = pytest.mark.anyio
 
@@ -128,3 +130,53 @@ async def test_list_by_cwd_resolves_symlinks(facade: Facade) -> None:
         assert elsewhere["result"]["sessions"] == []
     finally:
         await client.close()
+
+
+FORGETFUL = f"""
+[agents.forgetful]
+kind = "acp"
+command = {sys.executable!r}
+args = [{str(SCENARIO_AGENT)!r}]
+cwd = "client"
+env = {{ ACP_TEST_NO_LOAD = "1" }}
+"""
+
+
+async def test_a_lost_downstream_session_is_told_to_the_editor_live_and_on_load(
+    tmp_path: Path,
+) -> None:
+    with facade_daemon(tmp_path, agents=FORGETFUL) as facade:
+        client = await facade.raw("forgetful")
+        await client.initialize()
+        session_id = await client.new(facade.work)
+        await client.prompt(session_id, text("echo before"))
+        await client.close()
+        facade.restart()
+        params = {"sessionId": session_id, "cwd": str(facade.work), "mcpServers": []}
+        live = await facade.raw("forgetful")
+        later = await facade.raw("forgetful")
+        try:
+            with anyio.fail_after(30):
+                await live.initialize()
+                assert (await live.call("session/load", params))["result"] == {}
+                replayed = len(live.updates())
+                answer = await live.prompt(session_id, text("echo after"))
+                await later.initialize()
+                assert (await later.call("session/load", params))["result"] == {}
+        finally:
+            await live.close()
+            await later.close()
+    assert answer["result"] == {"stopReason": "end_turn"}
+    # Live: the note comes before the agent's first answer of the new session.
+    note, chunk = live.updates()[replayed:][:2]
+    assert note["sessionUpdate"] == "agent_message_chunk"
+    assert note["_meta"] == {"oma-bridge/note": True}
+    assert note["content"]["text"].startswith(
+        '[oma-bridge] ACP agent "forgetful": its earlier session '
+    )
+    assert "a new session" in note["content"]["text"]
+    assert note["content"]["text"].endswith("earlier turns\n\n")
+    assert chunk["content"]["text"] == "echo after"
+    # On session/load: the same note, in its place in the conversation.
+    assert [u for u in later.updates() if u.get("_meta")] == [note]
+    assert texts(later.updates())[2:4] == [("user_message_chunk", "echo after"), texts([note])[0]]

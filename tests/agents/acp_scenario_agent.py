@@ -5,7 +5,9 @@ prompt, when sent, is an earlier paragraph).  Environment switches:
 ``ACP_TEST_AUTH=required|refuse`` (session/new needs ``authenticate`` with
 method ``key``; ``refuse`` makes that fail too), ``ACP_TEST_CONFIG=1``
 (offer a model config option), ``ACP_TEST_EARLY=1`` (send updates before
-answering session/new), ``ACP_TEST_RESUME=1`` (advertise ``session/resume``).
+answering session/new), ``ACP_TEST_RESUME=1`` (advertise ``session/resume``),
+``ACP_TEST_NO_LOAD=1`` (do not advertise ``session/load``),
+``ACP_TEST_LOAD_FAILS=1`` (``session/load`` and ``session/resume`` fail).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class ScenarioAgent:
         methods = []
         if os.environ.get("ACP_TEST_AUTH"):
             methods = [schema.AuthMethodAgent(id="key", name="API key")]
-        capabilities = schema.AgentCapabilities(load_session=True)
+        capabilities = schema.AgentCapabilities(load_session=not os.environ.get("ACP_TEST_NO_LOAD"))
         if os.environ.get("ACP_TEST_RESUME"):
             capabilities.session_capabilities = schema.SessionCapabilities(
                 resume=schema.SessionResumeCapabilities()
@@ -104,12 +106,16 @@ class ScenarioAgent:
         return schema.NewSessionResponse(session_id=session_id, config_options=options)
 
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> None:
+        if os.environ.get("ACP_TEST_LOAD_FAILS"):
+            raise RequestError(-32002, f"no session {session_id} here")
         self._open(session_id, "load")
         return None
 
     async def resume_session(
         self, session_id: str, cwd: str, **kwargs: Any
     ) -> schema.ResumeSessionResponse:
+        if os.environ.get("ACP_TEST_LOAD_FAILS"):
+            raise RequestError(-32002, f"no session {session_id} to resume")
         self._open(session_id, "resume")
         return schema.ResumeSessionResponse()
 
@@ -388,6 +394,22 @@ class ScenarioAgent:
             return self._stop("end_turn")
         await self.cancelled[sid].wait()
         return self._stop("cancelled")
+
+    async def do_terminalgone(self, sid: str, text: str, rest: str) -> Any:
+        """``terminalgone``: a terminal, its output, then two calls that may fail (each said)."""
+        created = await self.conn.create_terminal(
+            session_id=sid, command=sys.executable, args=["-c", "print('hi')"]
+        )
+        tid = created.terminal_id
+        output = await self.conn.terminal_output(session_id=sid, terminal_id=tid)
+        await self._say(sid, f"output={output.output}")
+        for call in (self.conn.wait_for_terminal_exit, self.conn.terminal_output):
+            try:
+                await call(session_id=sid, terminal_id=tid)
+                await self._say(sid, " ok")
+            except RequestError as exc:
+                await self._say(sid, f" error:{exc.code}:{exc}")
+        return self._stop("end_turn")
 
     async def do_terminalhang(self, sid: str, text: str, rest: str) -> Any:
         created = await self.conn.create_terminal(

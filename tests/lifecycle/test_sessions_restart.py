@@ -6,6 +6,7 @@ in ``<folder>/state/oma-bridge/sessions/``.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -95,6 +96,64 @@ async def test_sigterm_and_start_again_resumes_history_and_journal(folder: Path)
                 assert wrong.value.rpc_code == -32602
             second.signal(signal.SIGTERM)
             assert await second.process.wait() == 0
+
+
+FORGETFUL = f"""
+[agents.forgetful]
+kind = "acp"
+command = "{sys.executable}"
+args = ["{Path(__file__).parents[1] / "agents" / "acp_scenario_agent.py"}"]
+env = {{ ACP_TEST_NO_LOAD = "1" }}
+"""
+
+
+async def test_an_acp_session_that_cannot_be_continued_says_so_in_the_journal(
+    folder: Path,
+) -> None:
+    # The agent advertises neither session/resume nor session/load.
+    text = config_text(folder, "", FORGETFUL)
+    with anyio.fail_after(60):
+        async with daemon_process(folder, text) as first:
+            async with connect(discovery_dir=folder) as client:
+                agent = await client.open("forgetful")
+                before = (await agent.prompt("whoami")).output
+                assert "how=new turns=1" in before
+                journal = await journal_of(folder, agent.agent_id)
+            first.signal(signal.SIGTERM)
+            assert await first.process.wait() == 0
+
+        async with daemon_process(folder, text) as second:
+            async with connect(discovery_dir=folder) as client:
+                await client.request(
+                    "agent/open", {"profile": "forgetful", "resume": agent.agent_id}
+                )
+                resumed = await client.attach(agent.agent_id, profile="forgetful")
+                after = (await resumed.prompt("whoami")).output
+                last = journal[-1][0]
+                async with contextlib.aclosing(resumed.watch(after_seq=last)) as entries:
+                    kinds = []
+                    async for entry in entries:  # a watcher gets the note as an agent/event
+                        kinds.append(entry.entry["type"])
+                        if entry.entry["type"] == "note":
+                            note = entry
+                        if entry.entry["type"] == "run_end":
+                            break
+                assert kinds == ["run_start", "note", "event", "run_end"]
+                watched = await journal_of(folder, agent.agent_id)
+            second.signal(signal.SIGTERM)
+            assert await second.process.wait() == 0
+    # A new downstream session, which the agent's answer and the note both say.
+    assert "how=new turns=1" in after and after.split()[0] != before.split()[0]
+    downstream = before.split()[0].removeprefix("session=")
+    assert note.entry == {"type": "note", "text": note.entry["text"]}
+    assert note.entry["text"].startswith(
+        f'ACP agent "forgetful": its earlier session {downstream} could not be continued '
+        "(the agent advertises neither session/resume nor session/load); a new session "
+    )
+    # After the journal read back: the note in its place, in the session file too.
+    assert watched[: len(journal)] == journal
+    assert watched[len(journal) + 1] == (note.seq, note.entry)
+    assert '"type":"note"' in (sessions_dir(folder) / f"{agent.agent_id}.jsonl").read_text()
 
 
 async def test_sigkill_mid_run_records_the_run_as_ended_and_leaves_nothing_running(

@@ -106,6 +106,17 @@ def test_every_acp_and_llm_key_is_accepted(tmp_path: Path) -> None:
     assert coder.cwd == tmp_path
 
 
+def test_fs_and_terminal_may_be_served_by_the_client(tmp_path: Path) -> None:
+    config = parse_config(
+        '[agents.coder]\nkind = "acp"\ncommand = "x"\nfs = "client"\nterminal = "client"\n',
+        source="x",
+        base_dir=tmp_path,
+    )
+    coder = config.agents["coder"]
+    assert isinstance(coder, AcpProfile)
+    assert (coder.fs, coder.terminal) == ("client", "client")
+
+
 @pytest.mark.parametrize(
     ("text", "key", "problem"),
     [
@@ -115,6 +126,17 @@ def test_every_acp_and_llm_key_is_accepted(tmp_path: Path) -> None:
             "'client'",
         ),
         ('[agents.coder]\nkind = "acp"', "agents.coder.command", "missing"),
+        (
+            '[agents.coder]\nkind = "acp"\ncommand = "x"\nterminal = "editor"',
+            "agents.coder.terminal",
+            "must be true, false or 'client'",
+        ),
+        (
+            '[agents.coder]\nkind = "acp"\ncommand = "x"\nterminal = 1',
+            "agents.coder.terminal",
+            "'client'",
+        ),
+        ('[agents.coder]\nkind = "acp"\ncommand = "x"\nfs = "disk"', "agents.coder.fs", "'client'"),
         ('[agents.x]\nkind = "robot"', "agents.x.kind", "'llm', 'process', 'acp'"),
         ('[agents.x]\ncommand = "wc"', "agents.x.kind", "missing"),
         (
@@ -138,7 +160,7 @@ def test_every_acp_and_llm_key_is_accepted(tmp_path: Path) -> None:
         (
             '[agents.a]\nkind = "acp"\ncommand = "x"\nterminal = "yes"',
             "agents.a.terminal",
-            "boolean",
+            "must be true, false or 'client'",
         ),
         (
             '[agents.a]\nkind = "process"\ncommand = "x"\ntimeout_s = "5"',

@@ -51,7 +51,7 @@ from oma_bridge.backends import (
     PermissionRequest,
     RunContext,
 )
-from oma_bridge.backends.acp import fs
+from oma_bridge.backends.acp.client_methods import ClientMethods
 from oma_bridge.backends.acp.config import AcpConfig
 from oma_bridge.backends.acp.schema import InitializeResponse, PromptResponse, SessionResponse
 from oma_bridge.backends.acp.stdio import AgentProcess
@@ -118,6 +118,10 @@ class AcpBackend:
         self.label = agent_name or "agent"
         self._cwd = config.resolved_cwd()
         self._terminals = Terminals(self._cwd, labels=config.labels)
+        #: fs/* and terminal/*, served here or by a client (client_methods.py).
+        self._client_methods = ClientMethods(
+            config, self._cwd, self._terminals, label=self.label, who=self._who
+        )
         self._lock = anyio.Lock()
         self._live: _Live | None = None
         #: The session to resume after a respawn, when the agent can.
@@ -159,6 +163,8 @@ class AcpBackend:
             self._turn_counter += 1
             turn = Turn(self._turn_counter, ctx.emit, coalesce=self.config.coalesce_text)
             self._turn, self._ctx = turn, ctx
+            self._client_methods.forwarder = ctx.client_forwarder
+            self._client_methods.run_id = ctx.run_id
             try:
                 with anyio.move_on_after(self.config.timeout_s):
                     return await self._run_turn(ctx, turn, text)
@@ -168,6 +174,7 @@ class AcpBackend:
             finally:
                 turn.finished = True
                 self._turn, self._ctx, self._cancelling = None, None, False
+                self._client_methods.run_id = None
                 turn.over.set()
 
     async def session_request(
@@ -246,6 +253,7 @@ class AcpBackend:
         if live is not None:
             await self._end(live)
         await self._terminals.close_all()
+        await self._client_methods.release_client_terminals()
 
     # -- one run -------------------------------------------------------------------
 
@@ -355,6 +363,7 @@ class AcpBackend:
                     await live.peer.notify_quietly("session/cancel", {"sessionId": live.session_id})
                 await live.peer.answer_pending(self._cancelled_answer(live.peer))
                 await self._terminals.close_all()
+                await self._client_methods.release_client_terminals()
                 if call is not None:
                     with anyio.move_on_after(self.config.cancel_grace_s):
                         # cancelled, end_turn, -32800 or any error: the turn is over.
@@ -426,14 +435,14 @@ class AcpBackend:
 
     async def _handshake(self, live: _Live) -> None:
         peer, config = live.peer, self.config
-        serve_fs = config.fs == "cwd"
+        serve_fs = config.fs in ("cwd", "client")
         raw = await peer.request(
             "initialize",
             {
                 "protocolVersion": PROTOCOL_VERSION,
                 "clientCapabilities": {
                     "fs": {"readTextFile": serve_fs, "writeTextFile": serve_fs},
-                    "terminal": config.terminal,
+                    "terminal": config.terminal is not False,
                     # Always: an elicitation nobody can answer is answered
                     # "cancel", which the agent handles as a user would.
                     "elicitation": {"form": {}, "url": {}},
@@ -463,6 +472,7 @@ class AcpBackend:
         base = {"cwd": str(self._cwd), "mcpServers": list(self.config.mcp_servers)}
         previous = self._previous_session
         caps = init.agent_capabilities
+        why = ""
         if previous is not None:
             # Continue the old session: resume (no replay) first, then load.
             methods = [
@@ -473,6 +483,8 @@ class AcpBackend:
                 )
                 if offered
             ]
+            why = "the agent advertises neither session/resume nor session/load"
+            failures = []
             for method in methods:
                 try:
                     raw = await live.peer.request(method, {"sessionId": previous, **base})
@@ -480,18 +492,33 @@ class AcpBackend:
                     if isinstance(exc, ConnectionClosedError):
                         raise
                     logger.info("ACP agent %s: %s failed (%s)", self.label, method, exc.message)
+                    failures.append(f"{method} failed with error {exc.rpc_code}: {exc.message}")
                     continue
                 session = SessionResponse.model_validate(raw or {})
                 session.session_id = previous
                 return session
+            why = "; ".join(failures) or why
         raw = await live.peer.request("session/new", base)
         session = SessionResponse.model_validate(raw)
         if not session.session_id:
             raise BackendError(f'ACP agent "{self.label}" answered session/new without sessionId')
+        if previous is not None:
+            self._not_continued(previous, session.session_id, why)
         self._previous_session = session.session_id
         self._session_is_fresh = True
         self._usage_baseline = 0
         return session
+
+    def _not_continued(self, previous: str, new: str, why: str) -> None:
+        """Say that the agent's earlier session is lost: logged, and a ``note`` to the observers
+        (the daemon journals it, PROTOCOL §13.4; docs/decisions.md, D21)."""
+        text = (
+            f'ACP agent "{self.label}": its earlier session {previous} could not be continued '
+            f"({' '.join(redact(why).split())}); a new session {new} started, and the agent "
+            "does not remember the earlier turns"
+        )
+        logger.warning("%s", text)
+        report("note", text=text, **self._who())
 
     async def _apply_model(self, live: _Live, session: SessionResponse, model: str) -> None:
         option_id = session.model_option_id()
@@ -530,6 +557,7 @@ class AcpBackend:
             self._live = None
         await self._terminals.close_all()
         await live.process.terminate(self.config.stop_grace_s)
+        await self._client_methods.release_client_terminals()
 
     # -- the connection ----------------------------------------------------------------------
 
@@ -611,13 +639,8 @@ class AcpBackend:
             return await self._on_permission(params)
         if method == "elicitation/create":
             return await self._on_elicitation(params)
-        if method in ("fs/read_text_file", "fs/write_text_file") and self.config.fs == "cwd":
-            who = self._who()
-            if method == "fs/read_text_file":
-                return await fs.read_text_file(self._cwd, params, who)
-            return await fs.write_text_file(self._cwd, params, who)
-        if method.startswith("terminal/") and self.config.terminal:
-            return await self._terminals.handle(method, params)
+        if self._client_methods.serves(method):
+            return await self._client_methods.handle(method, params)
         raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _who(self) -> dict[str, str]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from oma_bridge.backends.command import CommandSettings
 
@@ -15,13 +15,25 @@ if TYPE_CHECKING:
 __all__ = ["AcpConfig", "AcpSettings"]
 
 
+def _terminal(value: Any) -> Any:
+    # One line naming the key, not a union's two errors.
+    if isinstance(value, bool) or value == "client":
+        return value
+    raise ValueError("must be true, false or 'client'")
+
+
+TerminalSetting = Annotated[StrictBool | Literal["client"], BeforeValidator(_terminal)]
+
+
 class AcpSettings(CommandSettings):
     """The keys of an ACP agent that its user chooses (a daemon profile's too)."""
 
     kind: Literal["acp"] = "acp"
     permission: Literal["client", "auto-approve", "reject"] = "client"
-    fs: Literal["cwd", "none"] = "cwd"
-    terminal: StrictBool = False
+    #: ``"client"``: an attached ACP client that advertised fs serves it (docs/acp.md).
+    fs: Literal["cwd", "none", "client"] = "cwd"
+    #: ``true``: served here; ``"client"``: an attached ACP client does.
+    terminal: TerminalSetting = False
     model: StrictStr | None = Field(default=None, min_length=1)
     auth_method: StrictStr | None = Field(default=None, min_length=1)
     #: ACP ``McpServer`` objects passed to ``session/new`` as they are (the
@@ -45,7 +57,11 @@ class AcpConfig(AcpSettings):
     daemon's client) and picks the least-privilege reject option when nobody
     can answer; ``"auto-approve"`` and ``"reject"`` are fixed policies.
     ``fs = "cwd"`` serves ``fs/*`` inside ``cwd``; ``terminal`` enables
-    ``terminal/*``.  ``model`` is applied to every new session.
+    ``terminal/*``.  ``"client"`` for either forwards those requests to a
+    client that can serve them (the daemon's ACP facade clients, through
+    the run's ``client_forwarder``); with none, as ``"cwd"`` / ``true``
+    (so in library use without a forwarder, ``"client"`` is served here).
+    ``model`` is applied to every new session.
     ``labels`` say whose the agent's processes are, its terminals' too (the
     daemon sets ``agentId``); they are listed by
     :meth:`~oma_bridge.supervision.supervisor.Supervisor.processes`, never

@@ -17,7 +17,14 @@ from oma_bridge.errors import WireError
 from oma_bridge.observe import report
 from oma_bridge.rpc import INVALID_PARAMS
 
-__all__ = ["OUTSIDE_CWD", "RESOURCE_NOT_FOUND", "read_text_file", "write_text_file"]
+__all__ = [
+    "OUTSIDE_CWD",
+    "RESOURCE_NOT_FOUND",
+    "confine",
+    "read_text_file",
+    "write_text_file",
+    "written_content",
+]
 
 RESOURCE_NOT_FOUND = -32002
 OUTSIDE_CWD = "path is outside the agent's working directory"
@@ -76,14 +83,22 @@ async def write_text_file(
     A write is reported (``fs_write``, the resolved path and its size) to the observers.
     """
     path = confine(root, params.get("path"), who)
-    content = params.get("content")
-    if not isinstance(content, str):
-        raise WireError(INVALID_PARAMS, "content must be a string")
+    content = written_content(params)
     try:
         await anyio.Path(path).write_text(content, encoding="utf-8")
     except FileNotFoundError:
         raise WireError(RESOURCE_NOT_FOUND, f"folder not found for: {params['path']}") from None
     except IsADirectoryError:
         raise WireError(INVALID_PARAMS, f"not a file: {params['path']}") from None
-    report("fs_write", path=str(path), bytes=len(content.encode()), **(who or {}))
+    report(
+        "fs_write", path=str(path), bytes=len(content.encode()), servedBy="daemon", **(who or {})
+    )
     return {}
+
+
+def written_content(params: dict[str, Any]) -> str:
+    """The ``content`` of a ``fs/write_text_file``, which must be a string."""
+    content = params.get("content")
+    if not isinstance(content, str):
+        raise WireError(INVALID_PARAMS, "content must be a string")
+    return content

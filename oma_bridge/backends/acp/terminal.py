@@ -115,6 +115,10 @@ class Terminals:
         self._ids = itertools.count(1)
         self._terminals: dict[str, _Terminal] = {}
 
+    def owns(self, terminal_id: str) -> bool:
+        """Whether ``terminal_id`` names one of these (live) terminals."""
+        return terminal_id in self._terminals
+
     async def handle(self, method: str, params: dict[str, Any]) -> Any:
         if method == "terminal/create":
             return await self._create(params)
@@ -171,7 +175,13 @@ class Terminals:
             raise WireError(INVALID_PARAMS, f"cannot start {command}: {exc}") from None
         terminal_id = f"term-{next(self._ids)}"
         self._terminals[terminal_id] = _Terminal(process, limit)
-        report("terminal", command=command, pid=process.pid, agentId=self._labels.get("agentId"))
+        report(
+            "terminal",
+            command=command,
+            pid=process.pid,
+            servedBy="daemon",
+            agentId=self._labels.get("agentId"),
+        )
         return {"terminalId": terminal_id}
 
     async def close_all(self) -> None:

@@ -111,6 +111,14 @@ class Attachment:
             return None
         return {"sessionId": self.hosted.agent_id, **request.params}
 
+    def serves(self, method: str) -> bool:
+        """``fs/*`` and ``terminal/*`` by the ``clientCapabilities`` of ``initialize``."""
+        if method.startswith("terminal/"):
+            return self.capabilities.get("terminal") is True
+        fs = self.capabilities.get("fs")
+        wanted = {"fs/read_text_file": "readTextFile", "fs/write_text_file": "writeTextFile"}
+        return isinstance(fs, dict) and method in wanted and fs.get(wanted[method]) is True
+
     async def send_until_caught_up(self, *, replay: bool) -> None:
         journal = self.journal
         while self.cursor < journal.last_seq:

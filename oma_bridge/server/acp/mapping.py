@@ -17,10 +17,12 @@ from oma_bridge.errors import RefusedError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS
 
-__all__ = ["prompt_input", "stop_reason", "updates_of"]
+__all__ = ["NOTE_META", "prompt_input", "stop_reason", "updates_of"]
 
 _REFUSED = {"name": "InvalidMessageError", "code": "INVALID_MESSAGE"}
 REFUSED_CODE = RefusedError.code
+#: The ``_meta`` key that marks a chunk as a journal note of the daemon, not the agent's text.
+NOTE_META = "oma-bridge/note"
 
 
 def _refuse(message: str) -> WireError:
@@ -127,6 +129,16 @@ def updates_of(entry: dict[str, Any], *, replay: bool) -> list[dict[str, Any]]:
         return _user_chunks(entry.get("input")) if replay else []
     if kind == "update":
         return [entry["update"]]
+    if kind == "note":
+        # ACP has no note: the editor shows it as a message of the agent's, marked
+        # as the daemon's own (docs/decisions.md, D21), live and on session/load.
+        return [
+            _update(
+                "agent_message_chunk",
+                content={"type": "text", "text": f"[oma-bridge] {entry['text']}\n\n"},
+                _meta={NOTE_META: True},
+            )
+        ]
     if kind != "event":
         return []
     if "update" in entry:  # a chunk with more than its text: as the agent sent it

@@ -27,7 +27,8 @@ class PacedReader(Protocol):
 
 
 class AcpClient(Protocol):
-    """An ACP connection attached to an agent: who can be asked to grant a tool."""
+    """An ACP connection attached to an agent: who can be asked to grant a tool, or to serve
+    an agent's ``fs/*`` and ``terminal/*``."""
 
     session: Session
 
@@ -36,6 +37,9 @@ class AcpClient(Protocol):
 
     def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
         """``elicitation/create`` params, or ``None`` when this client cannot answer it."""
+
+    def serves(self, method: str) -> bool:
+        """Whether this client advertised what ``method`` needs (``fs/*``, ``terminal/*``)."""
 
 
 __all__ = ["AcpClient", "HookTarget", "HostedAgent", "PacedReader"]

@@ -39,6 +39,7 @@ from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.results import AgentRunResult, StreamEvent
+from oma_bridge.server.agents.client_calls import client_forwarder
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.overrides import agent_config, check_forbidden
 from oma_bridge.server.agents.registry import HookTarget, HostedAgent
@@ -151,9 +152,19 @@ class AgentService:
             unsubscribe()
 
     def _audit_side_effect(self, event: str, fields: dict[str, Any]) -> None:
-        """Spawns, exits, file writes and denials, terminals: into the audit log."""
+        """Spawns, exits, file writes and denials, terminals: into the audit log.
+
+        A ``note`` (an acp agent's earlier session could not be continued,
+        PROTOCOL §13.4) goes into the agent's journal instead.
+        """
         agent_id = fields.pop("agentId", None)
         hosted = self.agents.get(agent_id) if agent_id else None
+        if event == "note":
+            if hosted is not None and isinstance(fields.get("text"), str):
+                # Appended at once, unpaced (an observer cannot wait): one small
+                # entry, written while the agent starts, before its turn's events.
+                hosted.journal.append({"type": "note", "text": fields["text"]})
+            return
         if event == "spawn" and hosted is not None:
             fields["profile"] = hosted.profile_name
         self.audit.record(event, agent_id, **fields)
@@ -246,6 +257,7 @@ class AgentService:
             agent=Agent(
                 config,
                 elicitation_handler=self.remote.elicitation_handler(target, self._run_session),
+                client_forwarder=client_forwarder(target, self._run_session),
             ),
             hooks=flags,
             owner=session if flags.beforeRun or flags.afterRun else None,
