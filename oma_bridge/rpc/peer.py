@@ -166,10 +166,12 @@ class Peer:
         self._on_request = on_request
         self._on_notification = on_notification
         self._on_invalid = on_invalid
-        # Free, it is taken without a trip through the event loop: a stream of
-        # notifications (a turn's updates) costs one loop iteration per
-        # notification otherwise, the larger part of relaying one.
-        self._send_lock = anyio.Lock(fast_acquire=True)
+        # Sends are serialised by a flag, not a lock: a send that does not
+        # suspend (the common case: the transport takes the frame at once)
+        # costs no task lookup and no trip through the event loop, which an
+        # anyio lock's owner bookkeeping costs on every frame of a stream.
+        self._sending = False
+        self._send_done: anyio.Event | None = None
         self._waiters: dict[IdKey, _Waiter] = {}
         self._handlers: dict[IdKey, anyio.CancelScope] = {}
         self._closed_error: BaseException | None = None
@@ -215,18 +217,18 @@ class Peer:
     async def send(self, message: Message) -> None:
         """Send one message; sends are serialised so frames never interleave."""
         data = encode(message)
-        lock = self._send_lock
-        if lock.locked():
-            async with lock:
-                await self._send_raw(data)
-            return
-        # Uncontended (the common case): take the lock without the scheduling
-        # point ``acquire`` adds, which would cost a loop iteration per frame.
-        lock.acquire_nowait()
+        while self._sending:  # a send suspended mid-frame (a full write buffer): after it
+            if self._send_done is None:
+                self._send_done = anyio.Event()
+            await self._send_done.wait()
+        self._sending = True
         try:
             await self._send_raw(data)
         finally:
-            lock.release()
+            self._sending = False
+            done, self._send_done = self._send_done, None
+            if done is not None:
+                done.set()
 
     async def notify(self, method: str, params: Any = None) -> None:
         await self.send(self.core.notify(method, params))
