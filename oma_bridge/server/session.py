@@ -11,7 +11,6 @@ registers :meth:`Session.on_close` to learn that the connection is gone.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -47,6 +46,8 @@ class Session:
         #: Set by a successful ``initialize``.
         self.init: InitializeParams | None = None
         self.closed = False
+        #: A send found the transport gone, before the connection's end was noticed.
+        self._gone = False
         #: The connection's own task group (its watchers run there); set by
         #: the gateway while the connection is served.
         self.task_group: anyio.abc.TaskGroup | None = None
@@ -66,9 +67,20 @@ class Session:
         connection's end is noticed and :attr:`closed` is set, and a run or a
         watcher that notifies must not fail for a client that left.
         """
-        if not self.closed:
-            with contextlib.suppress(ConnectionClosed, ConnectionClosedError):
-                await self._peer.notify(method, params)
+        if self.closed or self._gone:
+            return
+        try:
+            await self._peer.notify(method, params)
+        except (ConnectionClosed, ConnectionClosedError):
+            # Every later send would fail the same way, each at the cost of
+            # websockets' closing checks: a watcher catching up on thousands of
+            # entries for a client that left would spin through all of them.
+            self._gone = True
+
+    @property
+    def reachable(self) -> bool:
+        """Neither closed nor found gone by a send: notifications may still arrive."""
+        return not self.closed and not self._gone
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Ask the client and wait for its answer.

@@ -32,7 +32,8 @@ import anyio.to_thread
 
 from oma_bridge import observe
 from oma_bridge._version import __version__
-from oma_bridge.agent import Agent, RunStream, prepare_run_input
+from oma_bridge.agent import Agent, prepare_run_input
+from oma_bridge.agent.stream import HookFailed, closing_events
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -408,14 +409,22 @@ class AgentService:
                     prepared, run_id=run_id, emit=emit, permission_handler=permission
                 )
             else:
-                # One event handed over at a time: the run goes at the pace of the
-                # caller's socket, event by event, as the journal records them.
-                stream = RunStream(agent, prepared, run_id, permission_handler=permission, buffer=0)
-                async with stream:
-                    async for event in stream:
-                        await emit(event)
-                assert stream.result is not None
-                result = stream.result
+                # The stream's events as Agent.stream gives them, but emitted from
+                # the run itself: each is journaled and sent before the next is
+                # made (the caller's socket paces the run), with no hand-over
+                # between two tasks, which cost more than the relay's own work.
+                try:
+                    result = await agent.execute(
+                        prepared,
+                        run_id=run_id,
+                        emit=emit,
+                        permission_handler=permission,
+                        raise_callback_errors=True,
+                    )
+                except HookFailed as failed:
+                    result = failed.result
+                for event in closing_events(result):
+                    await emit(event)
             with anyio.CancelScope(shield=True):  # the result is the record: always journaled
                 end = {"type": "run_end", "runId": run_id, "result": result.to_wire()}
                 await _journal(hosted, end)

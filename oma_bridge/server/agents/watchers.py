@@ -63,11 +63,12 @@ class Watcher:
     async def catch_up(self) -> None:
         """Send every entry after the cursor, including those appended meanwhile."""
         journal = self.journal
-        while self.cursor < journal.last_seq and not self.stopped:
+        session = self.session
+        while self.cursor < journal.last_seq and not self.stopped and session.reachable:
             if self.cursor < journal.oldest_seq - 1:
                 raise _expired(journal)
             for entry in journal.after(self.cursor):
-                if self.stopped:
+                if self.stopped or not session.reachable:
                     return
                 journal.take(entry)
                 params = {"agentId": self.agent_id, "seq": entry.seq, "entry": entry.data}
@@ -78,7 +79,7 @@ class Watcher:
         """Follow the journal until :meth:`stop` or the connection ends."""
         try:
             with self._scope:
-                while not self.stopped and not self.session.closed:
+                while not self.stopped and self.session.reachable:
                     await self.journal.wait_beyond(self.cursor)
                     await self.catch_up()
         except WireError:
