@@ -143,13 +143,16 @@ class Gateway:
         writer = FrameWriter(ws)
         stopped_reading = False
 
-        async def send(data: bytes) -> None:
+        async def send(data: bytes, *, hold: bool = False) -> None:
             try:
-                await writer.send(data)
+                await writer.send(data, hold=hold)
             except ConnectionClosed:
                 if stopped_reading:
                     raise ConnectionClosedError("the client stopped reading") from None
                 raise
+
+        async def send_notification(data: bytes) -> None:
+            await send(data, hold=True)
 
         async def watch_sends() -> None:
             nonlocal stopped_reading
@@ -181,6 +184,8 @@ class Gateway:
             on_invalid=on_invalid,
             cancel_param=endpoint.cancel_param,
             inline_methods=endpoint.inline,
+            send_notification=send_notification,
+            offer_notification=writer.offer,
         )
         session = Session(session_id, listener, peer, drop=ws.transport.abort)
         self.sessions.add(session)
