@@ -77,6 +77,19 @@ class Session:
             # entries for a client that left would spin through all of them.
             self._gone = True
 
+    async def notify_encoded(self, data: bytes) -> None:
+        """:meth:`notify` of a notification already encoded (the same for several connections)."""
+        if self.closed or self._gone:
+            return
+        try:
+            await self._peer.notify_encoded(data)
+        except (ConnectionClosed, ConnectionClosedError):
+            self._gone = True
+
+    def offer(self, data: bytes) -> bool:
+        """Send an encoded notification now if that needs no waiting; ``False`` if not sent."""
+        return self.reachable and self._peer.offer_notification(data)
+
     @property
     def reachable(self) -> bool:
         """Neither closed nor found gone by a send: notifications may still arrive."""
