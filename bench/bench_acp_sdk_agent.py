@@ -272,7 +272,7 @@ async def main(chunks: int, rounds: int) -> None:
     added = (first_daemon - first_local) * 1000
     print(
         f"first text event: in-process {first_local * 1000:.2f} ms, "
-        f"through the daemon {first_daemon * 1000:.2f} ms (+{added:.2f} ms)"
+        f"through the daemon {first_daemon * 1000:.2f} ms ({added:+.2f} ms)"
     )
 
 

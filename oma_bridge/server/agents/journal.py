@@ -6,11 +6,9 @@ result), ``update`` (a raw ACP update), ``note``.  Entries get ``seq`` from 1,
 strictly increasing; retention keeps the newest ``max_events`` entries and at
 most ``max_bytes``, whichever is smaller, dropping the oldest first.
 
-A text event may be joined into the entry before it when that entry is a
-text event of the same run that no connection has been sent yet (its text
-grows, its ``seq`` stays): every reader sees the same entries, and the texts
-still join to the run's output.  :meth:`Journal.take` marks an entry sent,
-which closes it to joining.
+The contract would let a text event be joined into an unsent text entry
+before it; the daemon never does (docs/decisions.md D19).
+:meth:`Journal.take` marks an entry sent to some connection.
 
 Readers never hold a queue of their own: a watcher keeps a cursor (the last
 ``seq`` it delivered) and reads :meth:`Journal.after` it, so a slow reader
