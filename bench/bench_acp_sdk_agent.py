@@ -13,10 +13,13 @@ N ``agent_message_chunk`` updates.  In the same run, in alternating rounds:
   ``text`` event per chunk), counting the text events the consumer gets;
 * **through the daemon**: a real ``oma-bridge serve`` with the agent as a
   profile, and a raw ``websockets`` client of ``agent/stream`` counting the
-  chunks in its ``run/event`` frames (the adaptive relay, default settings).
+  chunks in its ``run/event`` frames (default settings); its daemon and
+  agent stay up across rounds, whose turns alternate with the other two.
 
-Also reported: the time to the first text event, in-process and through the
-daemon (a ``chunks 1`` turn, median of the rounds).
+Also reported: the daemon's CPU time per relayed chunk (user + system of all
+its threads, psutil; it moves far less with the machine's load than
+throughput does), and the time to the first text event, in-process and
+through the daemon (a ``chunks 1`` turn, median of the rounds).
 
 Spawn and session set-up are not measured.  Reported: chunks/s (median and
 best round) and the ratio of the medians (target >= 0.8x).  The batching
@@ -43,6 +46,7 @@ from typing import Any
 
 import anyio
 import orjson
+import psutil
 from _util import machine, print_table
 from websockets.asyncio.client import unix_connect
 
@@ -119,8 +123,8 @@ async def agent_stream(node: str, env: dict[str, str], chunks: int, rounds: int)
 
 
 @contextlib.asynccontextmanager
-async def daemon(node: str, env: dict[str, str]) -> AsyncIterator[Path]:
-    """A real daemon with the agent as profile ``ts``; yields its socket."""
+async def daemon(node: str, env: dict[str, str]) -> AsyncIterator[tuple[Path, int]]:
+    """A real daemon with the agent as profile ``ts``; yields its socket and pid."""
     with tempfile.TemporaryDirectory(prefix="oma-bench-") as folder:
         root = Path(folder)
         (root / "run").mkdir(mode=0o700)
@@ -140,7 +144,7 @@ async def daemon(node: str, env: dict[str, str]) -> AsyncIterator[Path]:
             with anyio.fail_after(20):
                 while not (root / "run" / "bridge.json").exists():  # noqa: ASYNC110 (another process)
                     await anyio.sleep(0.05)
-            yield root / "run" / "bridge.sock"
+            yield root / "run" / "bridge.sock", process.pid
         finally:
             process.terminate()
             with anyio.move_on_after(10):
@@ -184,7 +188,9 @@ class _Session:
                 got += event["data"].count("\n")  # chunk i is "i\n": joined frames count right
 
 
-async def through_daemon(socket: Path, chunks: int, rounds: int) -> tuple[list[float], float]:
+@contextlib.asynccontextmanager
+async def daemon_client(socket: Path) -> AsyncIterator[tuple[_Session, str]]:
+    """A raw client of the daemon with the ``ts`` agent open (spawned, session made)."""
     async with unix_connect(str(socket), "ws://localhost/", max_size=None, compression=None) as ws:
         session = _Session(ws)
         info = {"name": "bench", "version": "0"}
@@ -194,12 +200,13 @@ async def through_daemon(socket: Path, chunks: int, rounds: int) -> tuple[list[f
         opened = await session.answer(await session.call("agent/open", {"profile": "ts"}))
         agent_id = opened["result"]["agentId"]
         await session.answer(await session.call("agent/run", {"agentId": agent_id, "input": "hi"}))
-        rates, firsts = [], []
-        for _ in range(rounds):
-            got, _first, elapsed = await session.stream(agent_id, chunks)
-            rates.append(got / elapsed)
-            firsts.append((await session.stream(agent_id, 1))[1])
-        return rates, statistics.median(firsts)
+        yield session, agent_id
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU of ``process`` and its threads (its children not included)."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 async def first_in_process(node: str, env: dict[str, str], rounds: int) -> float:
@@ -233,11 +240,21 @@ async def main(chunks: int, rounds: int) -> None:
     env = {"OMA_ACP_TS_SDK_DIR": str(sdk)}
     bare: list[float] = []
     ours: list[float] = []
-    for _ in range(rounds):  # alternating, one round each, so load hits both alike
-        bare += await bare_reader(node, env, chunks, 1)
-        ours += await agent_stream(node, env, chunks, 1)
-    async with daemon(node, env) as socket:
-        relayed, first_daemon = await through_daemon(socket, chunks, rounds)
+    relayed: list[float] = []
+    firsts: list[float] = []
+    daemon_cpu: list[float] = []
+    async with daemon(node, env) as (socket, pid), daemon_client(socket) as (session, agent_id):
+        serving = psutil.Process(pid)
+        # Alternating, one round each, so the machine's load hits all three alike.
+        for _ in range(rounds):
+            bare += await bare_reader(node, env, chunks, 1)
+            ours += await agent_stream(node, env, chunks, 1)
+            before = cpu_seconds(serving)
+            got, _first, elapsed = await session.stream(agent_id, chunks)
+            daemon_cpu.append((cpu_seconds(serving) - before) / got * 1e6)
+            relayed.append(got / elapsed)
+            firsts.append((await session.stream(agent_id, 1))[1])
+    first_daemon = statistics.median(firsts)
     first_local = await first_in_process(node, env, rounds)
     print(machine())
     print_table(
@@ -248,10 +265,14 @@ async def main(chunks: int, rounds: int) -> None:
             _row("daemon -> websocket client (agent/stream)", relayed, bare),
         ],
     )
+    print(
+        f"daemon CPU (user + system, all its threads) per relayed chunk: "
+        f"median {statistics.median(daemon_cpu):.1f} us, least {min(daemon_cpu):.1f} us"
+    )
     added = (first_daemon - first_local) * 1000
     print(
         f"first text event: in-process {first_local * 1000:.2f} ms, "
-        f"through the daemon {first_daemon * 1000:.2f} ms (+{added:.2f} ms)"
+        f"through the daemon {first_daemon * 1000:.2f} ms ({added:+.2f} ms)"
     )
 
 

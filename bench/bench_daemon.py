@@ -15,7 +15,8 @@
     appears; first successful ``initialize``), against ``python -c pass``;
 (f) the journal on the relay: text events per second of an echo ``agent/stream``
     (one event per word) to a raw websockets client, with a watcher following
-    the agent (``agent/watch``, read by a second connection) and with
+    the agent (``agent/watch``, read by a second connection in a process of
+    its own, as ``oma-bridge watch`` in another terminal would) and with
     ``persist_sessions`` on, each against the same stream with neither
     (``persist_sessions = false``, no watcher), in alternating rounds;
 (g) replaying 10,000 journal entries to a watcher (``agent/watch afterSeq``,
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.streams.text
 import orjson
 import psutil
 from _util import machine, print_table
@@ -578,6 +580,31 @@ async def raw(d: Daemon) -> AsyncIterator[Raw]:
         yield Raw(await initialized(ws))
 
 
+#: The watcher of (f), a process of its own: it follows an agent and prints a
+#: line at each run's end (argv: socket, agent id).
+WATCHER = """
+import asyncio, sys, orjson
+from websockets.asyncio.client import unix_connect
+
+async def main(socket, agent_id):
+    async with unix_connect(socket, "ws://localhost/", max_size=None, compression=None) as ws:
+        async def call(ident, method, params):
+            message = {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
+            await ws.send(orjson.dumps(message), text=True)
+            await ws.recv()
+
+        info = {"name": "bench-watcher", "version": "0"}
+        await call(0, "initialize", {"protocolVersion": 1, "clientInfo": info})
+        await call(1, "agent/watch", {"agentId": agent_id})
+        print("watching", flush=True)
+        async for frame in ws:
+            if '"run_end"' in frame:
+                print("end", flush=True)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
 async def bench_journal(rounds: int, words: int, profile_dir: Path | None) -> list[list[Any]]:
     text = " ".join(f"w{k}" for k in range(words))
     async with (
@@ -585,23 +612,27 @@ async def bench_journal(rounds: int, words: int, profile_dir: Path | None) -> li
         daemon(profile_dir, "-on", "persist_sessions = true") as on,
         raw(off) as plain,
         raw(off) as watched_stream,
-        raw(off) as watcher,
         raw(on) as persisted,
     ):
         agents = {}
         for name, client in (("plain", plain), ("watched", watched_stream), ("on", persisted)):
             agents[name] = (await client.request("agent/open", {"profile": "echo"}))[0]["agentId"]
-        await watcher.request("agent/watch", {"agentId": agents["watched"]})
+        watcher = await anyio.open_process(
+            [PY, "-c", WATCHER, off.socket, agents["watched"]], stderr=subprocess.DEVNULL
+        )
+        assert watcher.stdout is not None
+        lines = anyio.streams.text.TextReceiveStream(watcher.stdout)
         ends = anyio.Event()
         ends_seen = 0
 
-        async def follow() -> None:  # the watcher reads every entry as it comes
+        async def follow() -> None:  # the watcher's lines: "watching", then one per run end
             nonlocal ends, ends_seen
-            async for frame in watcher.ws:
-                if '"run_end"' in frame:  # a text frame: str
-                    ends_seen += 1
-                    ends.set()
-                    ends = anyio.Event()
+            async for chunk in lines:
+                ends_seen += chunk.count("end")
+                ends.set()
+                ends = anyio.Event()
+
+        assert "watching" in await lines.receive()  # the watch is answered: rounds may start
 
         cpu: dict[str, list[float]] = {"plain": [], "watched": [], "on": []}
         processes = {"plain": off, "watched": off, "on": on}
@@ -651,6 +682,8 @@ async def bench_journal(rounds: int, words: int, profile_dir: Path | None) -> li
                     assert sent == 10_000, sent
                     await replayer.request("agent/unwatch", {"agentId": agents["plain"]})
             tg.cancel_scope.cancel()
+        watcher.kill()
+        await watcher.wait()
     replay = statistics.median(replays)
     live = 10_000 / base
     per_event = {name: statistics.median(values) * 1e6 for name, values in cpu.items()}

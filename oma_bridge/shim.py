@@ -47,7 +47,7 @@ _START_TIMEOUT_S = 20.0
 _MAX_LINE = 64 * 1024 * 1024
 #: After stdin ends, how long answers to requests already sent may still come.
 _EOF_GRACE_S = 2.0
-_NOTIFICATION_PREFIX = '{"jsonrpc":"2.0","method":'
+_NOTIFICATION_PREFIX = b'{"jsonrpc":"2.0","method":'
 
 
 class Unreachable(Exception):
@@ -301,7 +301,7 @@ class _Pending:
                 self.ids.add(_id_key(message["id"]))
                 self.none_left.clear()
 
-    def received(self, frame: str) -> None:
+    def received(self, frame: bytes) -> None:
         # The daemon writes notifications with "method" right after "jsonrpc":
         # the bulk of the frames (a turn's updates) are told apart unparsed.
         if not self.ids or frame.startswith(_NOTIFICATION_PREFIX):
@@ -342,11 +342,12 @@ async def _relay(ws: ClientConnection) -> int:
     async def downstream(up: asyncio.Task[None]) -> None:
         out = _Stdout()
         try:
-            async for frame in ws:
-                text = frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
-                pending.received(text)
-                out.write(text.encode())
-            out.flush()
+            while True:
+                # The frame's bytes as they came (the daemon's UTF-8 JSON),
+                # without a decode and an encode back per line.
+                frame = await ws.recv(decode=False)
+                pending.received(frame)
+                out.write(frame)
         except ConnectionClosed:
             out.flush()
         except BrokenPipeError:  # the client stopped reading our stdout: it is gone

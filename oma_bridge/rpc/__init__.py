@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         RequestId,
         RpcCore,
         encode,
+        encode_notification,
         id_key,
     )
     from oma_bridge.rpc.peer import ConnectionClosedError, Peer, PendingCall, unwrap_single_error
@@ -45,6 +46,7 @@ __all__ = [
     "RequestId",
     "RpcCore",
     "encode",
+    "encode_notification",
     "id_key",
     "unwrap_single_error",
 ]

@@ -44,6 +44,7 @@ __all__ = [
     "RequestId",
     "RpcCore",
     "encode",
+    "encode_notification",
     "id_key",
 ]
 
@@ -69,6 +70,11 @@ def encode(message: Message) -> bytes:
     orjson never emits a raw newline, so the result is safe as one stdio line.
     """
     return orjson.dumps(message)
+
+
+def encode_notification(method: str, params: Any) -> bytes:
+    """A notification encoded (what :meth:`RpcCore.notify` builds): one message for many peers."""
+    return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params})
 
 
 def _valid_id(value: object) -> TypeGuard[RequestId]:

@@ -156,6 +156,8 @@ class Peer:
         on_invalid: Callable[[Event], None] | None = None,
         cancel_param: str = "requestId",
         inline_methods: Collection[str] = (),
+        send_notification: Send | None = None,
+        offer_notification: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.core = RpcCore(cancel_param=cancel_param)
         #: Requests for these are served by the reader itself, in wire order,
@@ -163,14 +165,22 @@ class Peer:
         #: wait on the other side (the reader reads nothing else meanwhile).
         self._inline = frozenset(inline_methods)
         self._send_raw = send
+        #: Sends a notification: a transport may let one wait for the next
+        #: (a stream's events), never an answer or a request.
+        self._send_notification = send_notification or send
+        #: Takes an encoded notification only if it can without waiting (see
+        #: :meth:`offer_notification`); without one, nothing is taken that way.
+        self._offer_notification = offer_notification
         self._receive = receive
         self._on_request = on_request
         self._on_notification = on_notification
         self._on_invalid = on_invalid
-        # Free, it is taken without a trip through the event loop: a stream of
-        # notifications (a turn's updates) costs one loop iteration per
-        # notification otherwise, the larger part of relaying one.
-        self._send_lock = anyio.Lock(fast_acquire=True)
+        # Sends are serialised by a flag, not a lock: a send that does not
+        # suspend (the common case: the transport takes the frame at once)
+        # costs no task lookup and no trip through the event loop, which an
+        # anyio lock's owner bookkeeping costs on every frame of a stream.
+        self._sending = False
+        self._send_done: anyio.Event | None = None
         self._waiters: dict[IdKey, _Waiter] = {}
         self._handlers: dict[IdKey, anyio.CancelScope] = {}
         self._closed_error: BaseException | None = None
@@ -215,22 +225,38 @@ class Peer:
 
     async def send(self, message: Message) -> None:
         """Send one message; sends are serialised so frames never interleave."""
-        data = encode(message)
-        lock = self._send_lock
-        if lock.locked():
-            async with lock:
-                await self._send_raw(data)
-            return
-        # Uncontended (the common case): take the lock without the scheduling
-        # point ``acquire`` adds, which would cost a loop iteration per frame.
-        lock.acquire_nowait()
+        await self._send(encode(message), self._send_raw)
+
+    async def _send(self, data: bytes, send_raw: Send) -> None:
+        while self._sending:  # a send suspended mid-frame (a full write buffer): after it
+            if self._send_done is None:
+                self._send_done = anyio.Event()
+            await self._send_done.wait()
+        self._sending = True
         try:
-            await self._send_raw(data)
+            await send_raw(data)
         finally:
-            lock.release()
+            self._sending = False
+            done, self._send_done = self._send_done, None
+            if done is not None:
+                done.set()
 
     async def notify(self, method: str, params: Any = None) -> None:
-        await self.send(self.core.notify(method, params))
+        await self._send(encode(self.core.notify(method, params)), self._send_notification)
+
+    async def notify_encoded(self, data: bytes) -> None:
+        """Send a notification already encoded (one built once for several connections)."""
+        await self._send(data, self._send_notification)
+
+    def offer_notification(self, data: bytes) -> bool:
+        """Send an encoded notification now if that needs no waiting; ``False`` if not sent.
+
+        Never waits: for a caller that cannot (a journal handing an entry to
+        its live readers) and sends the refused message the usual way later.
+        """
+        if self._sending or self._offer_notification is None:
+            return False
+        return self._offer_notification(data)
 
     async def notify_quietly(self, method: str, params: Any = None) -> None:
         """Send a notification, ignoring a transport that is already gone."""

@@ -44,6 +44,7 @@ from oma_bridge.rpc import (
 )
 from oma_bridge.server.auth import ListenerKind, acp_target
 from oma_bridge.server.config import ServerConfig
+from oma_bridge.server.frames import FrameWriter
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.profiles import agent_profile_infos
 from oma_bridge.server.session import Session
@@ -131,6 +132,7 @@ class Gateway:
                 return None
             if isinstance(frame, bytes):
                 logger.info("connection %s sent a binary frame; closing it (1003)", session_id)
+                writer.flush()  # what was sent before goes out before the close
                 await ws.close(CloseCode.UNSUPPORTED_DATA, "binary frames are not supported")
                 return None
             return frame
@@ -138,27 +140,26 @@ class Gateway:
         # Sends are one at a time (the peer's lock), so one clock says how long
         # the send in progress has been blocked; a watchdog per connection
         # reads it, which costs far less than a deadline armed for every frame.
-        blocked_since: float | None = None
+        writer = FrameWriter(ws)
         stopped_reading = False
 
-        async def send(data: bytes) -> None:
-            nonlocal blocked_since
-            blocked_since = time.monotonic()
+        async def send(data: bytes, *, hold: bool = False) -> None:
             try:
-                await ws.send(data, text=True)
+                await writer.send(data, hold=hold)
             except ConnectionClosed:
                 if stopped_reading:
                     raise ConnectionClosedError("the client stopped reading") from None
                 raise
-            finally:
-                blocked_since = None
+
+        async def send_notification(data: bytes) -> None:
+            await send(data, hold=True)
 
         async def watch_sends() -> None:
             nonlocal stopped_reading
             interval = min(1.0, send_timeout / 4)
             while True:
                 await anyio.sleep(interval)
-                since = blocked_since
+                since = writer.blocked_since
                 if since is not None and time.monotonic() - since > send_timeout:
                     # A client that stops reading must not hold the daemon's memory.
                     logger.warning("connection %s stopped reading; dropping it", session_id)
@@ -183,6 +184,8 @@ class Gateway:
             on_invalid=on_invalid,
             cancel_param=endpoint.cancel_param,
             inline_methods=endpoint.inline,
+            send_notification=send_notification,
+            offer_notification=writer.offer,
         )
         session = Session(session_id, listener, peer, drop=ws.transport.abort)
         self.sessions.add(session)
@@ -194,6 +197,7 @@ class Gateway:
                 await peer.closed.wait()
                 tasks.cancel_scope.cancel()
         finally:
+            writer.flush()  # the last tick's frames, before websockets closes the socket
             self.sessions.discard(session)
             session.close()
             logger.info("connection %s closed", session_id)

@@ -42,6 +42,7 @@ from websockets.typing import Subprotocol
 from oma_bridge.paths import LOCK_NAME
 from oma_bridge.server.auth import Answer, ListenerKind, RequestPolicy, select_subprotocol
 from oma_bridge.server.config import TcpEndpoint
+from oma_bridge.server.frames import FrameConnection
 
 __all__ = [
     "KEEPALIVE_INTERVAL_S",
@@ -272,7 +273,8 @@ def _server_options(
         "process_request": _process_request(policy, kind, slots),
         "process_response": process_response,
         "select_subprotocol": choose,
-        "compression": None,
+        "compression": None,  # FrameWriter builds plain frames (server/frames.py)
+        "create_connection": FrameConnection,
         "max_size": max_message_bytes,
         "ping_interval": KEEPALIVE_INTERVAL_S,
         "ping_timeout": KEEPALIVE_INTERVAL_S,

@@ -47,6 +47,8 @@ class Session:
         #: Set by a successful ``initialize``.
         self.init: InitializeParams | None = None
         self.closed = False
+        #: A send found the transport gone, before the connection's end was noticed.
+        self._gone = False
         #: The connection's own task group (its watchers run there); set by
         #: the gateway while the connection is served.
         self.task_group: anyio.abc.TaskGroup | None = None
@@ -66,16 +68,37 @@ class Session:
         connection's end is noticed and :attr:`closed` is set, and a run or a
         watcher that notifies must not fail for a client that left.
         """
-        if not self.closed:
-            try:
-                await self._peer.notify(method, params)
-                return
-            except (ConnectionClosed, ConnectionClosedError):
-                pass
-        # A dropped notification is still a scheduling point: a loop that
-        # notifies a gone client must let the event loop run (and its own
-        # cancellation reach it) instead of spinning.
-        await anyio.lowlevel.checkpoint()
+        if self.closed or self._gone:
+            await _dropped()
+            return
+        try:
+            await self._peer.notify(method, params)
+        except (ConnectionClosed, ConnectionClosedError):
+            # Every later send would fail the same way, each at the cost of
+            # websockets' closing checks: a watcher catching up on thousands of
+            # entries for a client that left would spin through all of them.
+            self._gone = True
+            await _dropped()
+
+    async def notify_encoded(self, data: bytes) -> None:
+        """:meth:`notify` of a notification already encoded (the same for several connections)."""
+        if self.closed or self._gone:
+            await _dropped()
+            return
+        try:
+            await self._peer.notify_encoded(data)
+        except (ConnectionClosed, ConnectionClosedError):
+            self._gone = True
+            await _dropped()
+
+    def offer(self, data: bytes) -> bool:
+        """Send an encoded notification now if that needs no waiting; ``False`` if not sent."""
+        return self.reachable and self._peer.offer_notification(data)
+
+    @property
+    def reachable(self) -> bool:
+        """Neither closed nor found gone by a send: notifications may still arrive."""
+        return not self.closed and not self._gone
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Ask the client and wait for its answer.
@@ -121,3 +144,10 @@ class Session:
                 callback(self)
             except Exception:
                 logger.exception("a close callback of connection %s failed", self.id)
+
+
+async def _dropped() -> None:
+    """A dropped notification is still a scheduling point: a loop that notifies
+    a gone client must let the event loop run (and its own cancellation reach
+    it) instead of spinning."""
+    await anyio.lowlevel.checkpoint()

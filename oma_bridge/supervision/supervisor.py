@@ -266,6 +266,12 @@ class Supervisor:
         children = self.live()
         if not children:
             return []
+        if len(os.listdir("/proc")) <= _SCAN_ON_LOOP:  # noqa: PTH208 (names only)
+            # A small scan costs the loop about a millisecond.  In a worker
+            # thread the same scan waits for the GIL at each file it reads
+            # while the loop is busy (a convoy: ~100 ms for a daemon relaying
+            # 200 streams), and a status request would wait with it.
+            return _list_processes(self.owner, children)
         return await anyio.to_thread.run_sync(_list_processes, self.owner, children)
 
     def child_environment(self, overlay: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -542,6 +548,11 @@ class SupervisedProcess:
             self._linger.cancel()
         self._transport.close()  # closes the pipes; SIGKILLs a child that outlived it all
         self._supervisor._released(self.pid)
+
+
+#: ``/proc`` entries (processes and a few dozen others) up to which
+#: :meth:`Supervisor.processes` scans on the event loop rather than in a thread.
+_SCAN_ON_LOOP = 512
 
 
 def _list_processes(owner: str, children: list[SupervisedProcess]) -> list[LiveProcess]:

@@ -13,6 +13,8 @@ import re
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
+import anyio.lowlevel
+
 from oma_bridge.backends.llm.types import ChatRequest, ChatResponse, StreamDelta, TextDelta, TurnEnd
 from oma_bridge.messages import LLMMessage, validate_messages
 from oma_bridge.results import TokenUsage
@@ -60,10 +62,17 @@ class EchoAdapter:
         return echo_answer(request.messages, request.system_prompt)
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamDelta, None]:
-        """One :class:`TextDelta` per word, with its trailing space."""
+        """One :class:`TextDelta` per word, with its trailing space.
+
+        Each word is a scheduling point, as a model's token is one network
+        read: a stream of the offline provider shares the event loop as a
+        real provider's does, instead of holding it until its client's socket
+        is full.
+        """
         validate_messages(request.messages)
         response = echo_answer(request.messages, request.system_prompt)
         for match in _WORD_WITH_SPACE.finditer(response.text):
+            await anyio.lowlevel.checkpoint()
             yield TextDelta(match.group())
         yield TurnEnd(response)
 

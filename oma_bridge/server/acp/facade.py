@@ -33,9 +33,15 @@ from oma_bridge.errors import InvalidMessageError, OMAError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.results import StreamEvent
 from oma_bridge.rpc import ConnectionClosedError
-from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from oma_bridge.rpc.core import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    encode_notification,
+)
 from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
-from oma_bridge.server.agents.journal import Journal, Signal
+from oma_bridge.server.agents.journal import Entry, Journal, Signal
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
@@ -75,7 +81,9 @@ class Attachment:
     a turn waits before it journals an entry that would trim one this client
     has yet to be sent, so no update is lost
     (a client that stops reading is dropped by the connection's send watchdog,
-    which detaches it).
+    which detaches it).  It follows the journal live (:meth:`Journal.follow`):
+    caught up, it sends an entry's update from the task that journals it, and
+    its own task wakes only to catch up.
     """
 
     def __init__(
@@ -94,6 +102,8 @@ class Attachment:
         #: Set by :meth:`detach`: this connection no longer follows the session.
         self.detached = False
         self._moved = Signal()
+        self._behind = Signal()
+        self._sending = False
         self._scope = anyio.CancelScope()
         hosted.paced.add(self)
 
@@ -119,23 +129,48 @@ class Attachment:
         wanted = {"fs/read_text_file": "readTextFile", "fs/write_text_file": "writeTextFile"}
         return isinstance(fs, dict) and method in wanted and fs.get(wanted[method]) is True
 
+    def _frame(self, update: dict[str, Any]) -> bytes:
+        return encode_notification(
+            "session/update", {"sessionId": self.hosted.agent_id, "update": update}
+        )
+
     async def send_until_caught_up(self, *, replay: bool) -> None:
         journal = self.journal
-        while self.cursor < journal.last_seq:
-            for entry in journal.after(max(self.cursor, journal.oldest_seq - 1)):
-                for update in updates_of(journal.take(entry)["entry"], replay=replay):
-                    await self.session.notify(
-                        "session/update", {"sessionId": self.hosted.agent_id, "update": update}
-                    )
+        self._sending = True
+        try:
+            while self.cursor < journal.last_seq:
+                for entry in journal.after(max(self.cursor, journal.oldest_seq - 1)):
+                    for update in updates_of(journal.take(entry)["entry"], replay=replay):
+                        await self.session.notify_encoded(self._frame(update))
+                    self.cursor = entry.seq
+                    self._moved.notify()
+        finally:
+            self._sending = False
+
+    def appended(self, entry: Entry) -> None:
+        """The journal's hand-over (a journal follower): sent now, or the pump wakes."""
+        if not self._sending and not self.detached and entry.seq == self.cursor + 1:
+            updates = updates_of(entry.data, replay=False)
+            if not updates or (len(updates) == 1 and self.session.offer(self._frame(updates[0]))):
+                self.journal.take(entry)
                 self.cursor = entry.seq
                 self._moved.notify()
+                return
+        self._behind.notify()
 
     async def pump(self) -> None:
         """Send every new entry's updates until detached or the connection ends."""
-        with self._scope:
-            while not self.session.closed:
-                await self.journal.wait_beyond(self.cursor)
-                await self.send_until_caught_up(replay=False)
+        journal = self.journal
+        journal.follow(self)
+        try:
+            with self._scope:
+                while not self.session.closed:
+                    if self.cursor >= journal.last_seq:
+                        await self._behind.wait()
+                    else:
+                        await self.send_until_caught_up(replay=False)
+        finally:
+            journal.unfollow(self)
 
     async def keep_up(self, size: int) -> None:
         journal = self.journal

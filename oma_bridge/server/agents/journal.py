@@ -6,15 +6,17 @@ result), ``update`` (a raw ACP update), ``note``.  Entries get ``seq`` from 1,
 strictly increasing; retention keeps the newest ``max_events`` entries and at
 most ``max_bytes``, whichever is smaller, dropping the oldest first.
 
-A text event may be joined into the entry before it when that entry is a
-text event of the same run that no connection has been sent yet (its text
-grows, its ``seq`` stays): every reader sees the same entries, and the texts
-still join to the run's output.  :meth:`Journal.take` marks an entry sent,
-which closes it to joining.
+The contract would let a text event be joined into an unsent text entry
+before it; the daemon never does (docs/decisions.md D19).
+:meth:`Journal.take` marks an entry sent to some connection.
 
 Readers never hold a queue of their own: a watcher keeps a cursor (the last
 ``seq`` it delivered) and reads :meth:`Journal.after` it, so a slow reader
-costs no memory beyond the journal's bound.
+costs no memory beyond the journal's bound.  A reader that follows the
+journal live (:meth:`Journal.follow`) is handed each new entry as it is
+appended: one that is caught up sends it there and then, without a task of
+its own waking for it; one that is behind, or whose connection cannot take
+the frame at once, wakes its own task, which catches up from its cursor.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import orjson
 
-__all__ = ["Entry", "Journal", "Signal"]
+__all__ = ["Entry", "Follower", "Journal", "Signal"]
 
 #: What an entry costs beyond its text, for the byte limit (keys, ids, framing).
 _ENTRY_OVERHEAD = 96
@@ -68,6 +70,8 @@ class Entry:
     sent: bool = False
     #: The journal's appended bytes up to this entry's end (see :meth:`Journal.would_drop`).
     mark: int = 0
+    #: Its ``agent/event`` notification, encoded once for every watcher.
+    frame: bytes | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {"seq": self.seq, "entry": self.data}
@@ -84,6 +88,16 @@ def _size(data: dict[str, Any]) -> int:
         # The common entry: counted without encoding it (a stream's hot path).
         return len(event["data"]) + _ENTRY_OVERHEAD
     return len(orjson.dumps(data)) + _ENTRY_OVERHEAD
+
+
+class Follower(Protocol):
+    """A live reader of a journal (a watcher, an ACP facade client)."""
+
+    def appended(self, entry: Entry) -> None:
+        """``entry`` was just appended: send it now, or wake the reader's own task.
+
+        Called from the appending task, so it must neither wait nor raise.
+        """
 
 
 class Journal:
@@ -106,7 +120,7 @@ class Journal:
         #: Every byte ever appended (retained or not): readers' lags are measured in it.
         self._appended = 0
         self.last_seq = 0
-        self._changed = Signal()
+        self._followers: list[Follower] = []
 
     # -- reading ---------------------------------------------------------------
 
@@ -160,10 +174,13 @@ class Journal:
         """What an entry of ``data`` counts for the byte limit."""
         return _size(data)
 
-    async def wait_beyond(self, seq: int) -> None:
-        """Return once an entry with a ``seq`` above ``seq`` exists."""
-        while self.last_seq <= seq:
-            await self._changed.wait()
+    def follow(self, follower: Follower) -> None:
+        """Hand ``follower`` every entry appended from now on (:meth:`Follower.appended`)."""
+        self._followers.append(follower)
+
+    def unfollow(self, follower: Follower) -> None:
+        if follower in self._followers:
+            self._followers.remove(follower)
 
     # -- writing ---------------------------------------------------------------
 
@@ -178,7 +195,8 @@ class Journal:
         self._trim()
         if self.on_append is not None:
             self.on_append(entry, None)
-        self._wake()
+        for follower in self._followers:
+            follower.appended(entry)
         return entry
 
     def restore(self, entries: list[tuple[int, dict[str, Any]]]) -> None:
@@ -199,6 +217,3 @@ class Journal:
             len(self._entries) > self.max_events or self._bytes > self.max_bytes
         ):
             self._bytes -= self._entries.popleft().size
-
-    def _wake(self) -> None:
-        self._changed.notify()

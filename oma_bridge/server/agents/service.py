@@ -34,6 +34,7 @@ import anyio.to_thread
 from oma_bridge import observe
 from oma_bridge._version import __version__
 from oma_bridge.agent import Agent, PreparedInput, PreparedPrompt, prepare
+from oma_bridge.agent.stream import closing_events
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
@@ -444,16 +445,17 @@ class AgentService:
                     prepared, run_id=run_id, on_event=emit, permission_handler=permission
                 )
             else:
-                # One event handed over at a time: the run goes at the pace of the
-                # caller's socket, event by event, as the journal records them.
-                stream = agent.stream(
-                    prepared, run_id=run_id, permission_handler=permission, buffer=0
+                # The stream's events as Agent.stream gives them, but emitted from
+                # the run itself: each is journaled and sent before the next is
+                # made (the caller's socket paces the run), with no hand-over
+                # between two tasks, which cost more than the relay's own work.
+                # A hook failure is a result like any other here; its closing
+                # events are the stream's (``error`` alone).
+                result = await agent.run(
+                    prepared, run_id=run_id, on_event=emit, permission_handler=permission
                 )
-                async with stream:
-                    async for event in stream:
-                        await emit(event)
-                assert stream.result is not None
-                result = stream.result
+                for event in closing_events(result):
+                    await emit(event)
             with anyio.CancelScope(shield=True):  # the result is the record: always journaled
                 end = {"type": "run_end", "runId": run_id, "result": result.to_wire()}
                 await _journal(hosted, end)

@@ -7,6 +7,11 @@ sends block, and the connection's send watchdog drops it after
 ``send_timeout_s`` as it drops any client that stops reading.  A watcher
 the journal's retention outruns is dropped the same way; coming back, it
 learns the oldest ``seq`` from ``CursorExpired``.
+
+Live, a watcher follows the journal (:meth:`Journal.follow`): a caught-up
+watcher sends each new entry from the appending task, and its own task
+wakes only to catch up.  Every watcher of an agent sends the same
+``agent/event`` bytes, encoded once per entry.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import logging
 import anyio
 
 from oma_bridge.errors import WireError
-from oma_bridge.server.agents.journal import Journal
+from oma_bridge.rpc import encode_notification
+from oma_bridge.server.agents.journal import Entry, Journal, Signal
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import CURSOR_EXPIRED, invalid_params
 
@@ -49,6 +55,14 @@ def check_cursor(journal: Journal, after_seq: int) -> None:
         raise _expired(journal)
 
 
+def _frame(agent_id: str, entry: Entry) -> bytes:
+    """The entry's ``agent/event`` notification, encoded once and kept on the entry."""
+    if entry.frame is None:
+        params = {"agentId": agent_id, "seq": entry.seq, "entry": entry.data}
+        entry.frame = encode_notification("agent/event", params)
+    return entry.frame
+
+
 class Watcher:
     """One connection watching one agent (``agent/watch``); see the module docstring."""
 
@@ -58,32 +72,56 @@ class Watcher:
         self.journal = journal
         self.cursor = cursor
         self.stopped = False
+        self._catching_up = False
+        self._behind = Signal()
         self._scope = anyio.CancelScope()
 
     async def catch_up(self) -> None:
         """Send every entry after the cursor, including those appended meanwhile."""
-        journal = self.journal
-        while self.cursor < journal.last_seq and not self.stopped:
-            if self.cursor < journal.oldest_seq - 1:
-                raise _expired(journal)
-            for entry in journal.after(self.cursor):
-                if self.stopped:
-                    return
-                journal.take(entry)
-                params = {"agentId": self.agent_id, "seq": entry.seq, "entry": entry.data}
-                await self.session.notify("agent/event", params)
-                self.cursor = entry.seq
+        journal, session = self.journal, self.session
+        self._catching_up = True
+        try:
+            while self.cursor < journal.last_seq and not self.stopped and session.reachable:
+                if self.cursor < journal.oldest_seq - 1:
+                    raise _expired(journal)
+                for entry in journal.after(self.cursor):
+                    if self.stopped or not session.reachable:
+                        return
+                    journal.take(entry)
+                    await session.notify_encoded(_frame(self.agent_id, entry))
+                    self.cursor = entry.seq
+        finally:
+            self._catching_up = False
+
+    def appended(self, entry: Entry) -> None:
+        """The journal's hand-over (:class:`~.journal.Follower`): sent now, or the pump wakes."""
+        if (
+            not self._catching_up
+            and entry.seq == self.cursor + 1
+            and not self.stopped
+            and self.session.offer(_frame(self.agent_id, entry))
+        ):
+            self.journal.take(entry)
+            self.cursor = entry.seq
+        else:
+            self._behind.notify()
 
     async def pump(self) -> None:
         """Follow the journal until :meth:`stop` or the connection ends."""
+        journal = self.journal
+        journal.follow(self)
         try:
             with self._scope:
-                while not self.stopped and not self.session.closed:
-                    await self.journal.wait_beyond(self.cursor)
-                    await self.catch_up()
+                while not self.stopped and self.session.reachable:
+                    if self.cursor >= journal.last_seq:
+                        await self._behind.wait()
+                    else:
+                        await self.catch_up()
         except WireError:
             logger.warning("connection %s fell behind a journal; dropping it", self.session.id)
             self.session.drop()
+        finally:
+            journal.unfollow(self)
 
     def stop(self) -> None:
         self.stopped = True

@@ -1,0 +1,164 @@
+"""One connection's outgoing frames: those sent in one event-loop tick leave in one write.
+
+A stream relays one ``run/event`` (or ``session/update``, or ``agent/event``)
+per event, and each frame written on its own costs a ``send(2)`` and a
+wake-up of the client: more than everything else the daemon does for the
+event (docs/benchmarks.md, "ACP relay, one message per write").
+:class:`FrameWriter` queues the frames sent in one tick and writes them
+together at its end; a notification sent while its connection streams
+(the last write is under :data:`HOLD_S` old) may wait that long for others,
+so a busy stream costs one write per millisecond instead of one per event,
+and an idle connection adds no latency.  Every frame is still one JSON-RPC
+message (docs/contract.md §1): only the transport writes are fewer
+(docs/decisions.md D18).
+
+Only a :class:`FrameConnection` queues (the daemon's listeners create
+them): before websockets writes anything of its own (a close, a pong, a
+close reply) the queue goes out, so frames sent before a close always
+precede it.  While the socket is backed up (the transport holds unsent
+bytes) nothing is queued: :meth:`FrameWriter.send` goes through websockets'
+own ``send``, which waits for the buffer to drain, and
+:attr:`FrameWriter.blocked_since` tells the connection's send watchdog how
+long it has waited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+from websockets.asyncio.server import ServerConnection
+from websockets.protocol import State
+
+__all__ = ["HOLD_S", "FrameConnection", "FrameWriter"]
+
+#: How long a notification may wait for others while its connection streams.
+HOLD_S = 0.001
+
+
+class FrameConnection(ServerConnection):
+    """A server connection whose :class:`FrameWriter` queue precedes websockets' own writes."""
+
+    writer: FrameWriter | None = None
+
+    def send_data(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+        super().send_data()
+
+
+class FrameWriter:
+    """Writes one connection's text frames; see the module docstring."""
+
+    def __init__(self, ws: ServerConnection) -> None:
+        self._ws = ws
+        self._loop = asyncio.get_running_loop()
+        self._queue: list[bytes] = []
+        self._queued_bytes = 0
+        #: The transport's high-water mark when the queue started: a tick never
+        #: queues more than the transport itself would hold before pausing.
+        self._limit = 0
+        self._flush_soon = False
+        self._timer: asyncio.TimerHandle | None = None
+        #: ``loop.time()`` of the last write.
+        self._written_at = -math.inf
+        #: ``time.monotonic()`` when the send in progress began to wait, else ``None``.
+        self.blocked_since: float | None = None
+        # With no extension negotiated (the daemon's listeners turn compression
+        # off) a server's text frame is a header and the payload as it is, built
+        # here in a fraction of what the protocol's framing costs.
+        self._queues = isinstance(ws, FrameConnection) and not ws.protocol.extensions
+        if isinstance(ws, FrameConnection):
+            ws.writer = self
+
+    async def send(self, data: bytes, *, hold: bool = False) -> None:
+        """Send ``data`` (UTF-8 JSON) as one text frame, in order with every other.
+
+        ``hold``: it is a notification, which may wait up to :data:`HOLD_S`
+        for others while the connection streams; anything else goes out at
+        the end of this tick (with whatever was held before it).
+        """
+        if self._queued(data, hold):
+            return
+        self.flush()
+        self.blocked_since = time.monotonic()
+        try:
+            await self._ws.send(data, text=True)
+        finally:
+            self.blocked_since = None
+
+    def offer(self, data: bytes) -> bool:
+        """Queue a notification as :meth:`send` would, if that needs no waiting."""
+        return self._queued(data, True)
+
+    def _queued(self, data: bytes, hold: bool) -> bool:
+        ws = self._ws
+        queue = self._queue
+        if queue:
+            if self._queued_bytes + len(data) > self._limit:
+                return False
+        elif (
+            self._queues
+            and ws.protocol.state is State.OPEN
+            and not ws.transport.get_write_buffer_size()
+        ):
+            self._limit = ws.transport.get_write_buffer_limits()[1]
+            if len(data) > self._limit:
+                return False
+        else:
+            return False  # backed up or closing: websockets' own send waits or raises
+        queue.append(data)
+        self._queued_bytes += len(data)
+        if self._flush_soon:
+            return True
+        loop = self._loop
+        if hold and loop.time() - self._written_at < HOLD_S:
+            if self._timer is None:
+                self._timer = loop.call_at(self._written_at + HOLD_S, self._flush_held)
+        else:
+            self._flush_soon = True
+            loop.call_soon(self._flush_now)
+        return True
+
+    def _flush_now(self) -> None:
+        self._flush_soon = False
+        self.flush()
+
+    def _flush_held(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is queued now (a no-op when nothing is).
+
+        The frames were queued while the connection was open, so they may go
+        out even if a close has begun since: :class:`FrameConnection` calls
+        this before it writes the close frame.  Only a transport already
+        closing drops them, as it would any late write.
+        """
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        queue = self._queue
+        if not queue:
+            return
+        self._queue = []
+        self._queued_bytes = 0
+        transport = self._ws.transport
+        if transport.is_closing():
+            return
+        parts: list[bytes] = []
+        for data in queue:
+            parts += (_text_frame_header(len(data)), data)
+        transport.write(b"".join(parts))
+        self._written_at = self._loop.time()
+
+
+def _text_frame_header(length: int) -> bytes:
+    """An unmasked, final text frame's header for a payload of ``length`` bytes (RFC 6455 §5.2)."""
+    if length < 126:
+        return bytes((0x81, length))
+    if length < 1 << 16:
+        return b"\x81\x7e" + length.to_bytes(2, "big")
+    return b"\x81\x7f" + length.to_bytes(8, "big")

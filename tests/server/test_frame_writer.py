@@ -1,0 +1,98 @@
+"""The connection's frame writer (``server/frames.py``): fewer writes, the same frames, in order.
+
+A burst of notifications sent without waiting leaves in a few transport
+writes; the client must still read one JSON-RPC message per frame, in the
+order sent, with the answer after them, whatever the frames' sizes (large
+ones bypass the queue), and a close begun right after the burst must follow
+it on the wire.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import orjson
+import pytest
+from websockets.asyncio.client import unix_connect
+from websockets.asyncio.server import ServerConnection, unix_serve
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode, Frame, Opcode
+
+from oma_bridge.server import MethodRegistry, Session
+from oma_bridge.server.frames import FrameConnection, FrameWriter, _text_frame_header
+
+from .helpers import initialize, make_config, running_daemon
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("length", [0, 1, 125, 126, 127, 65_535, 65_536, 100_000])
+def test_the_frame_header_is_websockets_own(length: int) -> None:
+    payload = b"x" * length
+    expected = Frame(Opcode.TEXT, payload).serialize(mask=False, extensions=[])
+    assert _text_frame_header(length) + payload == expected
+
+
+def _burst_methods() -> MethodRegistry:
+    methods = MethodRegistry()
+
+    async def burst(session: Session, params: Any) -> dict[str, Any]:
+        # Small and large notifications mixed: the large ones (over the
+        # transport's high-water mark) cannot be queued and go the slow way.
+        for k in range(params["count"]):
+            text = BIG if k % 500 == 7 else f"n{k}"
+            await session.notify("test/n", {"k": k, "text": text})
+        return {"sent": params["count"]}
+
+    methods.add("test/burst", burst)
+    return methods
+
+
+BIG = "y" * 70_000
+
+
+async def test_a_burst_arrives_whole_and_in_order_with_its_answer_last(short_dir: Path) -> None:
+    config = make_config(short_dir, tcp=False)
+    async with (
+        running_daemon(config, _burst_methods()) as running,
+        unix_connect(str(running.socket_path), max_size=None) as ws,
+    ):
+        await initialize(ws)
+        for request_id in (1, 2):  # twice: the second burst follows a write just made
+            request = {"jsonrpc": "2.0", "id": request_id, "method": "test/burst"}
+            await ws.send(orjson.dumps({**request, "params": {"count": 3_000}}).decode())
+            seen: list[int] = []
+            with anyio.fail_after(20):
+                while "id" not in (message := orjson.loads(await ws.recv())):
+                    k = message["params"]["k"]
+                    assert message["params"]["text"] == (BIG if k % 500 == 7 else f"n{k}")
+                    seen.append(k)
+            assert message == {"jsonrpc": "2.0", "id": request_id, "result": {"sent": 3_000}}
+            assert seen == list(range(3_000))
+
+
+async def test_frames_held_when_the_close_begins_go_out_before_it(short_dir: Path) -> None:
+    """websockets writes the close frame itself: the queue must precede it on the wire."""
+
+    async def handler(ws: ServerConnection) -> None:
+        writer = FrameWriter(ws)
+        await writer.send(b'{"k":0}', hold=True)
+        await anyio.lowlevel.checkpoint()  # that frame is written: the connection streams
+        for k in range(1, 200):
+            await writer.send(b'{"k":%d}' % k, hold=True)  # held for the next write
+        await ws.close()  # the close frame is written before the held frames were due
+
+    path = str(short_dir / "w.sock")
+    async with (
+        unix_serve(handler, path, create_connection=FrameConnection, compression=None),
+        unix_connect(path, compression=None) as ws,
+    ):
+        seen = []
+        with pytest.raises(ConnectionClosed), anyio.fail_after(10):
+            while True:
+                seen.append(orjson.loads(await ws.recv())["k"])
+        assert seen == list(range(200))
+        assert ws.close_code == CloseCode.NORMAL_CLOSURE
