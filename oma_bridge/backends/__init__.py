@@ -161,6 +161,9 @@ class RunContext:
     elicitation_handler: ElicitationHandler | None = None
     #: Who serves ``fs = "client"`` / ``terminal = "client"`` requests; ``None``: the backend.
     client_forwarder: ClientForwarder | None = None
+    #: The caller's request ``_meta`` (W3C trace context, say): an ACP backend sends it as
+    #: its ``session/prompt``'s ``_meta``; the other kinds have nowhere to put it.
+    meta: Mapping[str, Any] | None = None
     #: Free-form per-run data for observers (trace spans, metadata).
     extras: dict[str, Any] = field(default_factory=dict)
 

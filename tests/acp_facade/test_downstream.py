@@ -353,3 +353,42 @@ async def test_a_permission_request_keeps_its_meta(facade: Facade) -> None:
     assert answer["result"] == {"stopReason": "end_turn"}
     assert asked["params"]["_meta"] == {"traceparent": RICH[0]["_meta"]["traceparent"]}
     assert said(client) == "permission:ao"
+
+
+# -- session/prompt's _meta -------------------------------------------------------------
+
+TRACE = {
+    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "tracestate": "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+}
+
+
+def test_the_prompts_meta_reaches_the_agents_session_prompt(facade: Facade) -> None:
+    meta = {**TRACE, "vendor/x": {"nested": [1, 2]}, "oma-bridge/profile": "echo"}
+    run = run_sdk_client(
+        sdk_script(facade, {"op": "prompt", "text": "meta", "meta": meta}), facade.env
+    )
+    assert run.result("prompt") == {"stopReason": "end_turn"}
+    # Every key as the client sent it, but the daemon's own (docs/decisions.md, D22).
+    assert json.loads("".join(run.chunks())) == {**TRACE, "vendor/x": {"nested": [1, 2]}}
+
+
+async def test_a_prompt_whose_meta_is_no_object_is_refused(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize()
+            session_id = await client.new(facade.work)
+            bad = await client.call(
+                "session/prompt",
+                {"sessionId": session_id, "prompt": [text("meta")], "_meta": "traceparent"},
+            )
+            good = await client.call(
+                "session/prompt", {"sessionId": session_id, "prompt": [text("meta")]}
+            )
+    finally:
+        await client.close()
+    assert bad["error"]["code"] == -32602
+    assert bad["error"]["message"] == "_meta must be an object"
+    assert good["result"] == {"stopReason": "end_turn"}
+    assert said(client) == "{}"  # the refused prompt never reached the agent

@@ -44,6 +44,8 @@ class ScenarioAgent:
         self.authed = os.environ.get("ACP_TEST_AUTH") is None
         self.cancelled: dict[str, asyncio.Event] = {}
         self.counter = 0
+        #: The last ``session/prompt``'s ``_meta`` (the SDK hands its keys over as kwargs).
+        self.prompt_meta: dict[str, Any] = {}
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -148,6 +150,7 @@ class ScenarioAgent:
         text = _text_of(prompt)
         session = self.sessions[session_id]
         session["turns"] += 1
+        self.prompt_meta = kwargs
         self.cancelled[session_id] = asyncio.Event()
         last = text.split("\n\n")[-1]
         word, _, rest = last.partition(" ")
@@ -166,6 +169,11 @@ class ScenarioAgent:
             sid,
             schema.UsageUpdate(session_update="usage_update", used=len(text) * 10, size=100000),
         )
+        return self._stop("end_turn")
+
+    async def do_meta(self, sid: str, text: str, rest: str) -> Any:
+        """``meta``: the ``_meta`` this ``session/prompt`` came with, as JSON."""
+        await self._say(sid, json.dumps(self.prompt_meta, sort_keys=True))
         return self._stop("end_turn")
 
     async def do_settings(self, sid: str, text: str, rest: str) -> Any:

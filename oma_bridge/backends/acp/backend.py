@@ -10,8 +10,9 @@ Lifecycle (docs/contract.md §11.23, §11.32-36; docs/decisions.md, D3-D9):
   profile's model.  A pre-cancelled run never spawns (docs/decisions.md, D5); a cancel or a
   failure during start-up ends the half-started agent, and the next run
   starts afresh.
-* **A run is one ``session/prompt``** with one text block; the system prompt
-  goes with the first turn of a session only.
+* **A run is one ``session/prompt``** with one text block (and the run's
+  ``meta`` as its ``_meta``); the system prompt goes with the first turn of a
+  session only.
 * **Cancel.** ``session/cancel``, every held permission request answered
   ``cancelled``, then up to ``cancel_grace_s`` for the turn to end (any
   answer or error ends it); past that the agent's tree is ended and the next
@@ -274,7 +275,12 @@ class AcpBackend:
             text = f"{ctx.system_prompt.strip()}\n\n{text}"
         # The system prompt is consumed by the first prompt sent, even if it fails.
         self._session_is_fresh = False
-        params = {"sessionId": live.session_id, "prompt": [{"type": "text", "text": text}]}
+        params: dict[str, Any] = {
+            "sessionId": live.session_id,
+            "prompt": [{"type": "text", "text": text}],
+        }
+        if ctx.meta:
+            params["_meta"] = dict(ctx.meta)  # the caller's, as given (trace context, say)
         call: PendingCall | None = None
         answer: Any = None
         failure: BaseException | None = None

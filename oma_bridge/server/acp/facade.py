@@ -34,7 +34,7 @@ from oma_bridge.redaction import redact
 from oma_bridge.results import StreamEvent
 from oma_bridge.rpc import ConnectionClosedError
 from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
-from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
+from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason, updates_of
 from oma_bridge.server.agents.journal import Journal, Signal
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.gateway import Endpoint
@@ -457,6 +457,7 @@ class _Connection:
             self._attach(session, hosted, hosted.journal.last_seq)
         # Refused before anything is spawned or opened (docs/acp.md, rule F2).
         run_input = prompt_input(params.get("prompt"), hosted.agent.kind, hosted.profile_name)
+        meta = client_meta(params.get("_meta"))
         try:
             turn = hosted.agent.prepare_prompt(run_input)
         except InvalidMessageError as error:
@@ -475,6 +476,7 @@ class _Connection:
             turn,
             journaled_input=run_input,
             keep_going=True,
+            meta=meta,
         )
         end = _run_end_seq(hosted.journal, result.run_id)
         if end is not None:

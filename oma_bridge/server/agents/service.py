@@ -22,7 +22,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -388,6 +388,7 @@ class AgentService:
         journaled_input: Any,
         run_id: str | None = None,
         keep_going: bool = False,
+        meta: Mapping[str, Any] | None = None,
     ) -> AgentRunResult:
         """Queue and run one turn of already prepared input on ``hosted``, journaling it.
 
@@ -395,7 +396,7 @@ class AgentService:
         ``run/event`` to ``session``), ``agent/prompt`` or ``session/prompt``
         (a turn of the agent's history; ``prepared`` is the user turn).  The
         agent takes ``prepared`` as it is: it was guarded and copied once, when
-        the request came.
+        the request came.  ``meta``: the request's ``_meta`` for the agent (never journaled).
         """
         agent = hosted.agent
         run = self.runs.new(run_id, hosted.agent_id, method, session)
@@ -437,17 +438,17 @@ class AgentService:
         async def run_turn() -> AgentRunResult:
             if isinstance(prepared, PreparedPrompt):
                 result = await agent.prompt(
-                    prepared, run_id=run_id, on_event=emit, permission_handler=permission
+                    prepared, run_id=run_id, on_event=emit, permission_handler=permission, meta=meta
                 )
             elif method == "agent/run":
                 result = await agent.run(
-                    prepared, run_id=run_id, on_event=emit, permission_handler=permission
+                    prepared, run_id=run_id, on_event=emit, permission_handler=permission, meta=meta
                 )
             else:
                 # One event handed over at a time: the run goes at the pace of the
                 # caller's socket, event by event, as the journal records them.
                 stream = agent.stream(
-                    prepared, run_id=run_id, permission_handler=permission, buffer=0
+                    prepared, run_id=run_id, permission_handler=permission, buffer=0, meta=meta
                 )
                 async with stream:
                     async for event in stream:
