@@ -25,6 +25,7 @@ from oma_bridge.backends import (
     BackendKind,
     BackendOutcome,
     ClientForwarder,
+    ElicitationCompleteHandler,
     ElicitationHandler,
     Emit,
     PermissionHandler,
@@ -122,6 +123,7 @@ class Agent:
         permission_handler: PermissionHandler | None = None,
         elicitation_handler: ElicitationHandler | None = None,
         client_forwarder: ClientForwarder | None = None,
+        elicitation_complete_handler: ElicitationCompleteHandler | None = None,
     ) -> None:
         if isinstance(config.backend, LlmConfig):
             config.backend.check(config.name)
@@ -129,6 +131,8 @@ class Agent:
         self.permission_handler = permission_handler
         #: Answers an ACP agent's ``elicitation/create`` (every run); none: ``cancel``.
         self.elicitation_handler = elicitation_handler
+        #: Told of an ACP agent's ``elicitation/complete`` (a URL-mode elicitation done).
+        self.elicitation_complete_handler = elicitation_complete_handler
         #: Serves an ACP agent's ``fs = "client"`` / ``terminal = "client"`` requests.
         self.client_forwarder = client_forwarder
         self._history: list[LLMMessage] = config.history_messages()
@@ -431,6 +435,7 @@ class Agent:
                     max_turns=self.config.max_turns,
                     permission_handler=permission_handler,
                     elicitation_handler=self.elicitation_handler,
+                    elicitation_complete_handler=self.elicitation_complete_handler,
                     client_forwarder=self.client_forwarder,
                     meta=meta,
                 )

@@ -31,6 +31,11 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 RICH: list[dict[str, Any]] = json.loads(
     Path(__file__).with_name("acp_rich_updates.json").read_text()
 )
+#: What ``permmeta`` asks (but its ``sessionId``): a tool call and options with their own
+#: ``_meta``, and the fields a client shows (``content``, ``locations``).
+PERMISSION_WITH_META: dict[str, Any] = json.loads(
+    Path(__file__).with_name("acp_permission_with_meta.json").read_text()
+)
 
 
 def _text_of(prompt: list[Any]) -> str:
@@ -226,6 +231,15 @@ class ScenarioAgent:
         await self._say(sid, f"permission:{chosen}")
         return self._stop("end_turn")
 
+    async def do_permmeta(self, sid: str, text: str, rest: str) -> Any:
+        """``permmeta``: :data:`PERMISSION_WITH_META` asked as written (raw JSON)."""
+        answer = await self.conn._conn.send_request(
+            "session/request_permission", {"sessionId": sid, **PERMISSION_WITH_META}
+        )
+        outcome = answer["outcome"]
+        await self._say(sid, f"permission:{outcome.get('optionId') or outcome['outcome']}")
+        return self._stop("end_turn")
+
     async def do_elicit(self, sid: str, text: str, rest: str) -> Any:
         """``elicit [url]``: ask the user (a form with one ``name`` field, or a URL)."""
         mode: Any
@@ -244,6 +258,21 @@ class ScenarioAgent:
         answer = await self.conn.create_elicitation(message="Your name?", mode=mode)
         content = json.dumps(getattr(answer, "content", None), sort_keys=True)
         await self._say(sid, f"elicitation:{answer.action}:{content}")
+        return self._stop("end_turn")
+
+    async def do_elicitdone(self, sid: str, text: str, rest: str) -> Any:
+        """``elicitdone [bare]``: a URL-mode elicitation ``e1``; once answered,
+        ``elicitation/complete`` for it (``bare``: only a completion, of ``e2``, never asked)."""
+        if rest == "bare":
+            await self.conn.complete_elicitation(elicitation_id="e2")
+            await self._say(sid, "elicitation:none:completed")
+            return self._stop("end_turn")
+        mode = schema.ElicitationUrlSessionMode(
+            session_id=sid, elicitation_id="e1", url="https://example.com/login"
+        )
+        answer = await self.conn.create_elicitation(message="Log in", mode=mode)
+        await self.conn.complete_elicitation(elicitation_id="e1", traceparent=TRACEPARENT)
+        await self._say(sid, f"elicitation:{answer.action}:completed")
         return self._stop("end_turn")
 
     async def do_rich(self, sid: str, text: str, rest: str) -> Any:

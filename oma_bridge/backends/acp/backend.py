@@ -47,6 +47,7 @@ from oma_bridge._version import __version__
 from oma_bridge.backends import (
     BackendKind,
     BackendOutcome,
+    ElicitationCompleteHandler,
     ElicitationRequest,
     Emit,
     PermissionRequest,
@@ -136,6 +137,9 @@ class AcpBackend:
         self._closed = False
         #: Where updates go that arrive while a request outside a turn reads the agent.
         self._side_emit: Emit | None = None
+        #: Told of ``elicitation/complete``: the last run's, kept between runs (the
+        #: agent may finish a URL elicitation while a setting is being sent).
+        self._elicitation_complete: ElicitationCompleteHandler | None = None
 
     # -- public ------------------------------------------------------------------
 
@@ -166,6 +170,7 @@ class AcpBackend:
             self._turn, self._ctx = turn, ctx
             self._client_methods.forwarder = ctx.client_forwarder
             self._client_methods.run_id = ctx.run_id
+            self._elicitation_complete = ctx.elicitation_complete_handler
             try:
                 with anyio.move_on_after(self.config.timeout_s):
                     return await self._run_turn(ctx, turn, text)
@@ -616,6 +621,9 @@ class AcpBackend:
         logger.warning("ACP agent %s: %s message: %s", self.label, event.kind, event.detail)
 
     async def _on_notification(self, method: str, params: Any) -> None:
+        if method == "elicitation/complete" and isinstance(params, dict):
+            await self._on_elicitation_complete(params)
+            return
         if method != "session/update" or not isinstance(params, dict):
             return
         update = params.get("update")
@@ -686,7 +694,12 @@ class AcpBackend:
             return selected(least)
         meta = params.get("_meta")
         request = PermissionRequest(
-            self.label, ctx.run_id, tool_call, options, meta if isinstance(meta, dict) else None
+            self.label,
+            ctx.run_id,
+            tool_call,
+            options,
+            meta if isinstance(meta, dict) else None,
+            {key: value for key, value in params.items() if key != "sessionId"},
         )
         try:
             with anyio.move_on_after(self.config.permission_timeout_s) as waited:
@@ -701,6 +714,17 @@ class AcpBackend:
             logger.warning("ACP agent %s: permission answer %r is no option", self.label, choice)
             return selected(least)
         return selected(choice)
+
+    async def _on_elicitation_complete(self, params: dict[str, Any]) -> None:
+        """Pass the agent's ``elicitation/complete`` on as it is; without a handler, drop it."""
+        handler = self._elicitation_complete
+        if handler is None or not isinstance(params.get("elicitationId"), str):
+            logger.debug("ACP agent %s: elicitation/complete dropped", self.label)
+            return
+        try:
+            await handler(params)
+        except Exception:
+            logger.exception("ACP agent %s: elicitation complete handler failed", self.label)
 
     async def _on_elicitation(self, params: dict[str, Any]) -> dict[str, Any]:
         """Ask the run's elicitation handler; ``cancel`` when nobody can answer."""

@@ -257,6 +257,7 @@ class AgentService:
             agent=Agent(
                 config,
                 elicitation_handler=self.remote.elicitation_handler(target, self._run_session),
+                elicitation_complete_handler=self.remote.elicitation_complete_handler(target),
                 client_forwarder=client_forwarder(target, self._run_session),
             ),
             hooks=flags,
