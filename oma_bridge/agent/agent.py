@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 
@@ -24,6 +25,7 @@ from oma_bridge.backends import (
     BackendKind,
     BackendOutcome,
     ClientForwarder,
+    ElicitationCompleteHandler,
     ElicitationHandler,
     Emit,
     PermissionHandler,
@@ -121,6 +123,7 @@ class Agent:
         permission_handler: PermissionHandler | None = None,
         elicitation_handler: ElicitationHandler | None = None,
         client_forwarder: ClientForwarder | None = None,
+        elicitation_complete_handler: ElicitationCompleteHandler | None = None,
     ) -> None:
         if isinstance(config.backend, LlmConfig):
             config.backend.check(config.name)
@@ -128,6 +131,8 @@ class Agent:
         self.permission_handler = permission_handler
         #: Answers an ACP agent's ``elicitation/create`` (every run); none: ``cancel``.
         self.elicitation_handler = elicitation_handler
+        #: Told of an ACP agent's ``elicitation/complete`` (a URL-mode elicitation done).
+        self.elicitation_complete_handler = elicitation_complete_handler
         #: Serves an ACP agent's ``fs = "client"`` / ``terminal = "client"`` requests.
         self.client_forwarder = client_forwarder
         self._history: list[LLMMessage] = config.history_messages()
@@ -202,6 +207,7 @@ class Agent:
         permission_handler: PermissionHandler | None = None,
         on_event: Emit | None = None,
         max_token_budget: int | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> AgentRunResult:
         """A fresh conversation: reads and writes no history.
 
@@ -210,7 +216,9 @@ class Agent:
         ``permission_handler`` answers this run's permission requests in place
         of the agent's own; ``on_event`` sees its stream events as they come
         (without the closing ``done``); ``max_token_budget`` narrows the
-        agent's own ceiling (the smallest applies).
+        agent's own ceiling (the smallest applies); ``meta`` is the request's
+        ``_meta``, which an ACP agent gets on its ``session/prompt`` (the
+        other kinds ignore it).
         """
         return await self._execute(
             self._take(run_input),
@@ -218,6 +226,7 @@ class Agent:
             emit=on_event or _discard,
             max_token_budget=max_token_budget,
             permission_handler=permission_handler,
+            meta=meta,
         )
 
     def stream(
@@ -227,6 +236,7 @@ class Agent:
         run_id: str | None = None,
         permission_handler: PermissionHandler | None = None,
         buffer: int = STREAM_BUFFER,
+        meta: Mapping[str, Any] | None = None,
     ) -> RunStream:
         """Validate now, then return an async iterator of :class:`StreamEvent`.
 
@@ -237,7 +247,7 @@ class Agent:
         and ends its processes; ``async with agent.stream(x) as stream`` runs
         it in a task group of the block's own (docs/decisions.md, D13).
         ``buffer``: events the run may go ahead of its consumer (0: one at a
-        time, at the consumer's pace).
+        time, at the consumer's pace).  ``meta`` as for :meth:`run`.
         """
         return RunStream(
             self,
@@ -245,6 +255,7 @@ class Agent:
             run_id or _new_run_id(),
             permission_handler=permission_handler,
             buffer=buffer,
+            meta=meta,
         )
 
     async def prompt(
@@ -254,13 +265,14 @@ class Agent:
         run_id: str | None = None,
         permission_handler: PermissionHandler | None = None,
         on_event: Emit | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> AgentRunResult:
         """A turn of the agent's conversation: history in, history out.
 
         The user turn is stored as given (never as a hook rewrote it), before
         the run, so a failed run keeps it; the run's messages follow it.
-        Invalid input raises and is not stored.  ``permission_handler`` and
-        ``on_event`` as for :meth:`run`.
+        Invalid input raises and is not stored.  ``permission_handler``,
+        ``on_event`` and ``meta`` as for :meth:`run`.
         """
         prepared = (
             prompt_input
@@ -276,6 +288,7 @@ class Agent:
                 run_id=run_id,
                 emit=on_event or _discard,
                 permission_handler=permission_handler,
+                meta=meta,
             )
             self._history.extend(copy_messages(result.messages))
             return result
@@ -351,6 +364,7 @@ class Agent:
         max_token_budget: int | None = None,
         permission_handler: PermissionHandler | None = None,
         raise_callback_errors: bool = False,
+        meta: Mapping[str, Any] | None = None,
     ) -> AgentRunResult:
         """Run already prepared input: hooks, backend, outcome rules.
 
@@ -378,7 +392,7 @@ class Agent:
 
         try:
             result = await self._run_guarded(
-                run, messages, record, budget, permission_handler or self.permission_handler
+                run, messages, record, budget, permission_handler or self.permission_handler, meta
             )
         finally:
             del self._runs[run.run_id]
@@ -398,6 +412,7 @@ class Agent:
         emit: Emit,
         budget: int | None,
         permission_handler: PermissionHandler | None,
+        meta: Mapping[str, Any] | None,
     ) -> AgentRunResult:
         timeout_s = self.config.timeout_ms / 1000 if self.config.timeout_ms else None
         outcome: BackendOutcome | None = None
@@ -420,7 +435,9 @@ class Agent:
                     max_turns=self.config.max_turns,
                     permission_handler=permission_handler,
                     elicitation_handler=self.elicitation_handler,
+                    elicitation_complete_handler=self.elicitation_complete_handler,
                     client_forwarder=self.client_forwarder,
+                    meta=meta,
                 )
                 try:
                     outcome = await self._get_backend().run(context)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
@@ -105,11 +106,13 @@ class RunStream:
         *,
         permission_handler: PermissionHandler | None = None,
         buffer: int = STREAM_BUFFER,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         """``buffer``: events the producer may run ahead (0: one handed over at a time)."""
         self.run_id = run_id
         self._agent = agent
         self._permission_handler = permission_handler
+        self._meta = meta
         self._messages: list[LLMMessage] | None = messages
         self._outcome = StreamOutcome()
         self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](buffer)
@@ -151,6 +154,7 @@ class RunStream:
             self._send,
             outcome,
             self._permission_handler,
+            self._meta,
         )
         if self._task_group is not None:
             self._task_group.start_soon(producer)
@@ -232,6 +236,7 @@ async def _produce(
     send: MemoryObjectSendStream[StreamEvent],
     outcome: StreamOutcome,
     permission_handler: PermissionHandler | None,
+    meta: Mapping[str, Any] | None = None,
 ) -> None:
     """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook).
 
@@ -252,6 +257,7 @@ async def _produce(
                         emit=send.send,
                         permission_handler=permission_handler,
                         raise_callback_errors=True,
+                        meta=meta,
                     )
                 except HookFailed as failed:
                     result = failed.result

@@ -41,6 +41,7 @@ __all__ = [
     "ClientAnswer",
     "ClientCall",
     "ClientForwarder",
+    "ElicitationCompleteHandler",
     "ElicitationHandler",
     "ElicitationRequest",
     "Emit",
@@ -75,6 +76,10 @@ class PermissionRequest:
     options: tuple[PermissionOption, ...]
     #: The request's ``_meta`` (W3C trace context, say), relayed to ACP clients as sent.
     meta: Mapping[str, Any] | None = None
+    #: The agent's params as it sent them, but its ``sessionId`` (the tool call's and each
+    #: option's own ``_meta``, ``content``, ``locations`` included): what an ACP client is
+    #: asked (PROTOCOL §12.7).  ``None``: built from the fields above.
+    acp_params: Mapping[str, Any] | None = None
 
 
 #: Answers a permission request with the chosen ``optionId``, or ``None`` for
@@ -107,6 +112,9 @@ class ElicitationRequest:
 #: "content"?}``, ``{"action": "decline"}`` or ``{"action": "cancel"}``.  An
 #: answer of another shape is taken as ``cancel`` (docs/acp.md, "Elicitations").
 ElicitationHandler: TypeAlias = Callable[[ElicitationRequest], Awaitable[Mapping[str, Any]]]
+#: Told of an ACP agent's ``elicitation/complete`` notification (a URL-mode elicitation
+#: finished out of band): its params as the agent sent them (``elicitationId``, ``_meta``?).
+ElicitationCompleteHandler: TypeAlias = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -159,8 +167,13 @@ class RunContext:
     permission_handler: PermissionHandler | None = None
     #: Who answers an ACP agent's ``elicitation/create``; ``None``: ``cancel``.
     elicitation_handler: ElicitationHandler | None = None
+    #: Who is told of the agent's ``elicitation/complete``; ``None``: nobody (it is dropped).
+    elicitation_complete_handler: ElicitationCompleteHandler | None = None
     #: Who serves ``fs = "client"`` / ``terminal = "client"`` requests; ``None``: the backend.
     client_forwarder: ClientForwarder | None = None
+    #: The caller's request ``_meta`` (W3C trace context, say): an ACP backend sends it as
+    #: its ``session/prompt``'s ``_meta``; the other kinds have nowhere to put it.
+    meta: Mapping[str, Any] | None = None
     #: Free-form per-run data for observers (trace spans, metadata).
     extras: dict[str, Any] = field(default_factory=dict)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -123,3 +124,25 @@ async def test_without_a_valid_answer_the_agent_gets_cancel(
     finally:
         await agent.close()
     assert result.output == "elicitation:cancel:null"
+
+
+async def test_meta_of_run_stream_and_prompt_reaches_the_agents_session_prompt(
+    tmp_path: Path,
+) -> None:
+    trace = {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "tracestate": "vendor=abc",
+    }
+    agent = _agent(scenario_config(tmp_path))
+    try:
+        with anyio.fail_after(30):
+            ran = await agent.run("meta", meta=trace)
+            streamed = [e async for e in agent.stream("meta", meta={"vendor/x": [1]})]
+            prompted = await agent.prompt("meta", meta=trace)
+            plain = await agent.run("meta")
+    finally:
+        await agent.close()
+    assert json.loads(ran.output) == trace
+    assert json.loads(streamed[-1].data.output) == {"vendor/x": [1]}
+    assert json.loads(prompted.output) == trace
+    assert json.loads(plain.output) == {}  # no _meta sent when none was given

@@ -8,13 +8,21 @@ Usage: ``python sdk_client.py`` with the script on stdin::
 
     {"command": ["oma-bridge", "acp", "echo"], "env": {...}, "cwd": "/abs",
      "permission": "allow" | "reject" | "cancel",
+     "editor": {"buffers": {"/abs/path": "unsaved text"}, "fs": true, "terminal": true},
      "steps": [{"op": ...}, ...]}
+
+With ``editor`` the client is an editor: ``initialize`` advertises
+``fs.readTextFile``/``fs.writeTextFile`` (``fs``) and ``terminal``, reads
+are answered from its unsaved ``buffers`` (a path with no buffer: error
+-32002, as an editor with no such file), writes land in the buffers (never
+on disk), and terminals are real subprocesses the client runs itself.
 
 Steps (``sessionId`` defaults to the last one new/load/resume named):
 
 * ``initialize {protocolVersion?}``
 * ``new {cwd?}``, ``load {sessionId?, cwd?}``, ``resume {sessionId?, cwd?}``
-* ``prompt {text?, images?: [{data, mimeType}], cancelAfter?: K, wait?: false}``
+* ``prompt {text?, images?: [{data, mimeType}], meta?: {...}, cancelAfter?: K, wait?: false}``
+  (``meta``: the request's ``_meta``)
   (``cancelAfter``: send ``session/cancel`` once the turn got K message chunks;
   ``wait: false``: do not wait for the answer, go on with the next step)
 * ``cancel``, ``list {cwd?}``, ``close``
@@ -26,8 +34,11 @@ Steps (``sessionId`` defaults to the last one new/load/resume named):
 Output, one JSON object a line, flushed, in the order things happened:
 ``{"type": "update", "sessionId", "update"}`` (the SDK's model dumped by
 alias), ``{"type": "response", "op", "result" | "error": {code, message,
-data}}``, ``{"type": "permission", "toolCallId", "optionId"}``, ``{"type":
-"process", "pid"}`` (the spawned agent), and ``{"type": "done"}`` last.
+data}}``, ``{"type": "permission", "toolCallId", "optionId", "toolCall", "options",
+"meta"}`` (the request as the SDK parsed it), ``{"type": "client", "method",
+"params"}`` (an ``fs/*`` or ``terminal/*`` request the editor served),
+``{"type": "process", "pid"}`` (the spawned agent), ``{"type": "buffers",
+"buffers"}`` (an editor's buffers at the end), and ``{"type": "done"}`` last.
 """
 
 from __future__ import annotations
@@ -79,7 +90,16 @@ class Recorder:
     ) -> schema.RequestPermissionResponse:
         wanted = {"allow": "allow_once", "reject": "reject_once"}.get(self.policy)
         chosen = next((o.option_id for o in options if o.kind == wanted), None)
-        out({"type": "permission", "toolCallId": tool_call.tool_call_id, "optionId": chosen})
+        out(
+            {
+                "type": "permission",
+                "toolCallId": tool_call.tool_call_id,
+                "optionId": chosen,
+                "toolCall": dump(tool_call),
+                "options": [dump(option) for option in options],
+                "meta": kwargs,
+            }
+        )
         if chosen is None:
             return schema.RequestPermissionResponse(
                 outcome=schema.DeniedOutcome(outcome="cancelled")
@@ -87,6 +107,136 @@ class Recorder:
         return schema.RequestPermissionResponse(
             outcome=schema.AllowedOutcome(outcome="selected", option_id=chosen)
         )
+
+
+class Editor(Recorder):
+    """An editor: unsaved buffers for ``fs/*``, its own subprocesses for ``terminal/*``."""
+
+    def __init__(self, policy: str, buffers: dict[str, str]) -> None:
+        super().__init__(policy)
+        self.buffers = dict(buffers)
+        self.terminals: dict[str, tuple[asyncio.subprocess.Process, bytearray, int | None]] = {}
+        self.readers: dict[str, asyncio.Task[None]] = {}
+
+    def served(self, method: str, **params: Any) -> None:
+        out({"type": "client", "method": method, "params": params})
+
+    async def read_text_file(
+        self,
+        session_id: str,
+        path: str,
+        line: int | None = None,
+        limit: int | None = None,
+        **kwargs: Any,
+    ) -> schema.ReadTextFileResponse:
+        self.served("fs/read_text_file", sessionId=session_id, path=path)
+        if path not in self.buffers:
+            raise RequestError(-32002, f"no buffer for {path}")
+        return schema.ReadTextFileResponse(content=self.buffers[path])
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> schema.WriteTextFileResponse:
+        self.served("fs/write_text_file", sessionId=session_id, path=path, content=content)
+        self.buffers[path] = content  # the editor's buffer, not the disk
+        return schema.WriteTextFileResponse()
+
+    async def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: list[Any] | None = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> schema.CreateTerminalResponse:
+        self.served("terminal/create", sessionId=session_id, command=command, args=args, cwd=cwd)
+        extra = {variable.name: variable.value for variable in env or []}
+        process = await asyncio.create_subprocess_exec(
+            command,
+            *(args or []),
+            cwd=cwd,
+            env={**os.environ, **extra},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        terminal_id = f"editor-term-{len(self.terminals) + 1}"
+        output = bytearray()
+        self.terminals[terminal_id] = (process, output, output_byte_limit)
+
+        async def read() -> None:
+            assert process.stdout is not None
+            while chunk := await process.stdout.read(4096):
+                output.extend(chunk)
+
+        self.readers[terminal_id] = asyncio.create_task(read())
+        return schema.CreateTerminalResponse(terminal_id=terminal_id)
+
+    def _exit(self, process: asyncio.subprocess.Process) -> schema.TerminalExitStatus | None:
+        code = process.returncode
+        if code is None:
+            return None
+        if code < 0:
+            return schema.TerminalExitStatus(signal=signal.Signals(-code).name)
+        return schema.TerminalExitStatus(exit_code=code)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> schema.TerminalOutputResponse:
+        self.served("terminal/output", sessionId=session_id, terminalId=terminal_id)
+        process, output, limit = self.terminals[terminal_id]
+        if process.returncode is not None:
+            await self.readers[terminal_id]
+        data = bytes(output)
+        truncated = limit is not None and len(data) > limit
+        text = data[-limit:] if truncated and limit is not None else data
+        return schema.TerminalOutputResponse(
+            output=text.decode(errors="replace"),
+            truncated=truncated,
+            exit_status=self._exit(process),
+        )
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> schema.WaitForTerminalExitResponse:
+        self.served("terminal/wait_for_exit", sessionId=session_id, terminalId=terminal_id)
+        process = self.terminals[terminal_id][0]
+        await process.wait()
+        await self.readers[terminal_id]
+        status = self._exit(process)
+        assert status is not None
+        return schema.WaitForTerminalExitResponse(exit_code=status.exit_code, signal=status.signal)
+
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> schema.KillTerminalResponse:
+        self.served("terminal/kill", sessionId=session_id, terminalId=terminal_id)
+        process = self.terminals[terminal_id][0]
+        if process.returncode is None:
+            process.kill()
+        return schema.KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> schema.ReleaseTerminalResponse:
+        self.served("terminal/release", sessionId=session_id, terminalId=terminal_id)
+        process = self.terminals.pop(terminal_id)[0]
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        await self.readers.pop(terminal_id)
+        return schema.ReleaseTerminalResponse()
+
+
+def capabilities(editor: dict[str, Any] | None) -> schema.ClientCapabilities | None:
+    if editor is None:
+        return None
+    fs = bool(editor.get("fs", True))
+    return schema.ClientCapabilities(
+        fs=schema.FileSystemCapabilities(read_text_file=fs, write_text_file=fs),
+        terminal=bool(editor.get("terminal", True)),
+    )
 
 
 def blocks(step: dict[str, Any]) -> list[Any]:
@@ -99,7 +249,9 @@ def blocks(step: dict[str, Any]) -> list[Any]:
 
 
 async def run(script: dict[str, Any]) -> None:
-    client = Recorder(script.get("permission", "allow"))
+    editor = script.get("editor")
+    policy = script.get("permission", "allow")
+    client = Recorder(policy) if editor is None else Editor(policy, editor.get("buffers", {}))
     cwd = script.get("cwd") or str(Path.cwd())
     env = {**os.environ, **script.get("env", {})}
     command, *args = script["command"]
@@ -111,7 +263,13 @@ async def run(script: dict[str, Any]) -> None:
         async def call(op: str, step: dict[str, Any]) -> Any:
             sid = step.get("sessionId") or state["session"]
             if op == "initialize":
-                return await conn.initialize(protocol_version=step.get("protocolVersion", 1))
+                return await conn.initialize(
+                    protocol_version=step.get("protocolVersion", 1),
+                    client_capabilities=capabilities(editor),
+                    client_info=None
+                    if editor is None
+                    else schema.Implementation(name="python-sdk-editor", version="1"),
+                )
             if op == "new":
                 answer = await conn.new_session(cwd=step.get("cwd", cwd), mcp_servers=[])
                 state["session"] = answer.session_id
@@ -125,7 +283,9 @@ async def run(script: dict[str, Any]) -> None:
             if op == "prompt":
                 if "cancelAfter" in step:
                     client.cancel_after = (step["cancelAfter"], lambda: conn.cancel(session_id=sid))
-                return await conn.prompt(session_id=sid, prompt=blocks(step))
+                return await conn.prompt(
+                    session_id=sid, prompt=blocks(step), **step.get("meta", {})
+                )
             if op == "cancel":
                 return await conn.cancel(session_id=sid)
             if op == "list":
@@ -162,6 +322,8 @@ async def run(script: dict[str, Any]) -> None:
             else:
                 background.append(asyncio.create_task(step_of(step)))
         await asyncio.gather(*background)
+    if isinstance(client, Editor):
+        out({"type": "buffers", "buffers": client.buffers})
     out({"type": "done"})
 
 

@@ -17,8 +17,9 @@ from typing import Any
 import anyio
 import pytest
 
-from .harness import SCENARIO_AGENT, Facade, RawClient, facade_daemon, text
+from .harness import SCENARIO_AGENT, Facade, RawClient, SdkRun, facade_daemon, run_sdk_client, text
 from .test_downstream import answered, said
+from .test_python_sdk import script
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +221,80 @@ async def test_with_no_capable_client_the_daemon_runs_the_terminal(facade: Facad
     assert said(client) == "exit=0 signal=None output=from the daemon\n"
     [record] = audited(facade, "terminal")
     assert isinstance(record["pid"], int) and record["servedBy"] == "daemon"
+
+
+# -- the official Python SDK's client as the editor, through the shim -------------------
+
+
+def editor_script(facade: Facade, buffers: dict[str, str], *prompts: str) -> dict[str, Any]:
+    steps = [{"op": "new"}, *({"op": "prompt", "text": prompt} for prompt in prompts)]
+    return script(facade, "clientside", *steps, editor={"buffers": buffers})
+
+
+def served(run: SdkRun, prefix: str = "") -> list[dict[str, Any]]:
+    return [line for line in run.of("client") if line["method"].startswith(prefix)]
+
+
+def test_sdk_editor_read_comes_from_its_unsaved_buffer(facade: Facade) -> None:
+    path = facade.work / "notes.txt"
+    path.write_text("saved on disk")
+    run = run_sdk_client(
+        editor_script(facade, {str(path): "unsaved buffer"}, f"fs {path}"), facade.env
+    )
+    assert run.result("prompt") == {"stopReason": "end_turn"}
+    assert "".join(run.chunks()) == "read:unsaved buffer"
+    session_id = run.result("new")["sessionId"]
+    [read] = served(run)
+    assert read == {
+        "type": "client",
+        "method": "fs/read_text_file",
+        "params": {"sessionId": session_id, "path": str(path)},
+    }
+
+
+def test_sdk_editor_write_lands_in_the_editor_not_on_disk(facade: Facade) -> None:
+    path = facade.work / "notes.txt"
+    path.write_text("saved on disk")
+    run = run_sdk_client(
+        editor_script(facade, {}, f"fswrite {path} edited", f"fs {path}"), facade.env
+    )
+    assert [r["result"] for r in run.responses("prompt")] == [{"stopReason": "end_turn"}] * 2
+    assert "".join(run.chunks()) == "writtenread:edited"  # read back from the editor
+    assert path.read_text() == "saved on disk"
+    assert run.of("buffers")[0]["buffers"] == {str(path): "edited"}
+    [record] = audited(facade, "fs_write")
+    assert record["servedBy"]["client"]["name"] == "python-sdk-editor"
+
+
+def test_sdk_editor_is_never_asked_for_a_path_outside_the_cwd(facade: Facade) -> None:
+    outside = facade.root / "secret.txt"
+    outside.write_text("not for the agent")
+    run = run_sdk_client(
+        editor_script(facade, {str(outside): "a buffer"}, f"fs {outside}", f"fswrite {outside} x"),
+        facade.env,
+    )
+    assert [r["result"] for r in run.responses("prompt")] == [{"stopReason": "end_turn"}] * 2
+    assert served(run) == []
+    said_ = "".join(run.chunks())
+    assert said_.count("error:-32002:") == 2 and "outside the agent's working directory" in said_
+    assert run.of("buffers")[0]["buffers"] == {str(outside): "a buffer"}
+    assert outside.read_text() == "not for the agent"
+
+
+def test_sdk_editor_runs_the_terminal(facade: Facade) -> None:
+    code = "print('from the editor')"
+    run = run_sdk_client(editor_script(facade, {}, f"terminalrun {code}"), facade.env)
+    assert run.result("prompt") == {"stopReason": "end_turn"}
+    assert "".join(run.chunks()) == "exit=0 signal=None output=from the editor\n"
+    methods = [line["method"] for line in served(run, "terminal/")]
+    assert methods == [
+        "terminal/create",
+        "terminal/wait_for_exit",
+        "terminal/output",
+        "terminal/release",
+    ]
+    create = served(run, "terminal/create")[0]["params"]
+    assert create["command"] == sys.executable
+    assert create["sessionId"] == run.result("new")["sessionId"]
+    [record] = audited(facade, "terminal")
+    assert "pid" not in record and record["servedBy"]["client"]["name"] == "python-sdk-editor"

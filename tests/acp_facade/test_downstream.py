@@ -172,6 +172,70 @@ async def test_the_first_answer_wins_and_the_others_copy_is_withdrawn(facade: Fa
     assert record["decidedBy"]["client"] == {"name": "second", "version": "1"}
 
 
+URLS = {"elicitation": {"url": {}}}
+
+
+def completions(client: RawClient) -> list[dict[str, Any]]:
+    return [m for m in client.seen if m.get("method") == "elicitation/complete"]
+
+
+async def test_elicitation_complete_reaches_the_clients_that_were_asked(facade: Facade) -> None:
+    """A URL-mode elicitation, then the agent's ``elicitation/complete``: relayed as sent,
+    to the client that was asked it, not to one that could not have been."""
+    asked_client = await facade.raw("scenario")
+    forms_only = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await asked_client.initialize("browser-editor", URLS)
+            await forms_only.initialize("forms-only", FORMS)
+            session_id = await asked_client.new(facade.work)
+            resumed = await forms_only.call("session/resume", {"sessionId": session_id})
+            assert resumed["result"] == {}
+            turn = await asked_client.start_prompt(session_id, text("elicitdone"))
+            asked = await asked_client.next_request("elicitation/create")
+            await asked_client.answer(asked, {"result": {"action": "accept"}})
+            completed = await asked_client.next_notification("elicitation/complete")
+            answer = await asked_client.until_answer(turn)
+            while "completed" not in said(forms_only):
+                await forms_only.receive()
+    finally:
+        await asked_client.close()
+        await forms_only.close()
+    assert asked["params"]["mode"] == "url" and asked["params"]["elicitationId"] == "e1"
+    assert completed["params"] == {
+        "elicitationId": "e1",
+        "_meta": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+    }
+    assert answer["result"] == {"stopReason": "end_turn"}
+    assert said(asked_client) == "elicitation:accept:completed"
+    assert completions(forms_only) == []
+    assert not [m for m in forms_only.seen if m.get("method") == "elicitation/create"]
+
+
+async def test_elicitation_complete_of_an_elicitation_nobody_here_was_asked(
+    facade: Facade,
+) -> None:
+    """A completion for an id the daemon never relayed: to every attached client that
+    advertised URL mode (and to no other)."""
+    prompter = await facade.raw("scenario")
+    browser = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await prompter.initialize("forms-only", FORMS)
+            await browser.initialize("browser-editor", URLS)
+            session_id = await prompter.new(facade.work)
+            assert (await browser.call("session/resume", {"sessionId": session_id}))["result"] == {}
+            answer = await prompter.prompt(session_id, text("elicitdone bare"))
+            completed = await browser.next_notification("elicitation/complete")
+    finally:
+        await prompter.close()
+        await browser.close()
+    assert answer["result"] == {"stopReason": "end_turn"}
+    assert said(prompter) == "elicitation:none:completed"
+    assert completed["params"]["elicitationId"] == "e2"
+    assert completions(prompter) == []
+
+
 async def test_a_client_of_the_daemons_protocol_answers_elicitation_request(
     facade: Facade,
 ) -> None:
@@ -353,3 +417,59 @@ async def test_a_permission_request_keeps_its_meta(facade: Facade) -> None:
     assert answer["result"] == {"stopReason": "end_turn"}
     assert asked["params"]["_meta"] == {"traceparent": RICH[0]["_meta"]["traceparent"]}
     assert said(client) == "permission:ao"
+
+
+# -- session/prompt's _meta -------------------------------------------------------------
+
+TRACE = {
+    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "tracestate": "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+}
+
+
+def test_the_prompts_meta_reaches_the_agents_session_prompt(facade: Facade) -> None:
+    meta = {**TRACE, "vendor/x": {"nested": [1, 2]}, "oma-bridge/profile": "echo"}
+    run = run_sdk_client(
+        sdk_script(facade, {"op": "prompt", "text": "meta", "meta": meta}), facade.env
+    )
+    assert run.result("prompt") == {"stopReason": "end_turn"}
+    # Every key as the client sent it, but the daemon's own (docs/decisions.md, D22).
+    assert json.loads("".join(run.chunks())) == {**TRACE, "vendor/x": {"nested": [1, 2]}}
+
+
+async def test_a_prompt_whose_meta_is_no_object_is_refused(facade: Facade) -> None:
+    client = await facade.raw("scenario")
+    try:
+        with anyio.fail_after(30):
+            await client.initialize()
+            session_id = await client.new(facade.work)
+            bad = await client.call(
+                "session/prompt",
+                {"sessionId": session_id, "prompt": [text("meta")], "_meta": "traceparent"},
+            )
+            good = await client.call(
+                "session/prompt", {"sessionId": session_id, "prompt": [text("meta")]}
+            )
+    finally:
+        await client.close()
+    assert bad["error"]["code"] == -32602
+    assert bad["error"]["message"] == "_meta must be an object"
+    assert good["result"] == {"stopReason": "end_turn"}
+    assert said(client) == "{}"  # the refused prompt never reached the agent
+
+
+async def test_a_permission_request_reaches_acp_clients_as_the_agent_sent_it(
+    facade: Facade,
+) -> None:
+    """The tool call's and each option's own ``_meta`` (and content, locations) unchanged."""
+    selected = {"result": {"outcome": {"outcome": "selected", "optionId": "ro"}}}
+    client, session_id, asked, answer = await answered(
+        facade, "permmeta", "session/request_permission", selected
+    )
+    assert answer["result"] == {"stopReason": "end_turn"}
+    sent = json.loads((AGENTS / "acp_permission_with_meta.json").read_text())
+    assert asked["params"] == {"sessionId": session_id, **sent}
+    assert said(client) == "permission:ro"
+    [record] = [r for r in facade.audit() if r["event"] == "permission"]
+    assert record["toolCall"] == {"toolCallId": "m1", "title": "Edit notes.txt", "kind": "edit"}
+    assert record["outcome"] == {"outcome": "selected", "optionId": "ro"}

@@ -31,6 +31,11 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 RICH: list[dict[str, Any]] = json.loads(
     Path(__file__).with_name("acp_rich_updates.json").read_text()
 )
+#: What ``permmeta`` asks (but its ``sessionId``): a tool call and options with their own
+#: ``_meta``, and the fields a client shows (``content``, ``locations``).
+PERMISSION_WITH_META: dict[str, Any] = json.loads(
+    Path(__file__).with_name("acp_permission_with_meta.json").read_text()
+)
 
 
 def _text_of(prompt: list[Any]) -> str:
@@ -44,6 +49,8 @@ class ScenarioAgent:
         self.authed = os.environ.get("ACP_TEST_AUTH") is None
         self.cancelled: dict[str, asyncio.Event] = {}
         self.counter = 0
+        #: The last ``session/prompt``'s ``_meta`` (the SDK hands its keys over as kwargs).
+        self.prompt_meta: dict[str, Any] = {}
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -148,6 +155,7 @@ class ScenarioAgent:
         text = _text_of(prompt)
         session = self.sessions[session_id]
         session["turns"] += 1
+        self.prompt_meta = kwargs
         self.cancelled[session_id] = asyncio.Event()
         last = text.split("\n\n")[-1]
         word, _, rest = last.partition(" ")
@@ -166,6 +174,11 @@ class ScenarioAgent:
             sid,
             schema.UsageUpdate(session_update="usage_update", used=len(text) * 10, size=100000),
         )
+        return self._stop("end_turn")
+
+    async def do_meta(self, sid: str, text: str, rest: str) -> Any:
+        """``meta``: the ``_meta`` this ``session/prompt`` came with, as JSON."""
+        await self._say(sid, json.dumps(self.prompt_meta, sort_keys=True))
         return self._stop("end_turn")
 
     async def do_settings(self, sid: str, text: str, rest: str) -> Any:
@@ -218,6 +231,15 @@ class ScenarioAgent:
         await self._say(sid, f"permission:{chosen}")
         return self._stop("end_turn")
 
+    async def do_permmeta(self, sid: str, text: str, rest: str) -> Any:
+        """``permmeta``: :data:`PERMISSION_WITH_META` asked as written (raw JSON)."""
+        answer = await self.conn._conn.send_request(
+            "session/request_permission", {"sessionId": sid, **PERMISSION_WITH_META}
+        )
+        outcome = answer["outcome"]
+        await self._say(sid, f"permission:{outcome.get('optionId') or outcome['outcome']}")
+        return self._stop("end_turn")
+
     async def do_elicit(self, sid: str, text: str, rest: str) -> Any:
         """``elicit [url]``: ask the user (a form with one ``name`` field, or a URL)."""
         mode: Any
@@ -236,6 +258,21 @@ class ScenarioAgent:
         answer = await self.conn.create_elicitation(message="Your name?", mode=mode)
         content = json.dumps(getattr(answer, "content", None), sort_keys=True)
         await self._say(sid, f"elicitation:{answer.action}:{content}")
+        return self._stop("end_turn")
+
+    async def do_elicitdone(self, sid: str, text: str, rest: str) -> Any:
+        """``elicitdone [bare]``: a URL-mode elicitation ``e1``; once answered,
+        ``elicitation/complete`` for it (``bare``: only a completion, of ``e2``, never asked)."""
+        if rest == "bare":
+            await self.conn.complete_elicitation(elicitation_id="e2")
+            await self._say(sid, "elicitation:none:completed")
+            return self._stop("end_turn")
+        mode = schema.ElicitationUrlSessionMode(
+            session_id=sid, elicitation_id="e1", url="https://example.com/login"
+        )
+        answer = await self.conn.create_elicitation(message="Log in", mode=mode)
+        await self.conn.complete_elicitation(elicitation_id="e1", traceparent=TRACEPARENT)
+        await self._say(sid, f"elicitation:{answer.action}:completed")
         return self._stop("end_turn")
 
     async def do_rich(self, sid: str, text: str, rest: str) -> Any:

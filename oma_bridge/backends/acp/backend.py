@@ -10,8 +10,9 @@ Lifecycle (docs/contract.md §11.23, §11.32-36; docs/decisions.md, D3-D9):
   profile's model.  A pre-cancelled run never spawns (docs/decisions.md, D5); a cancel or a
   failure during start-up ends the half-started agent, and the next run
   starts afresh.
-* **A run is one ``session/prompt``** with one text block; the system prompt
-  goes with the first turn of a session only.
+* **A run is one ``session/prompt``** with one text block (and the run's
+  ``meta`` as its ``_meta``); the system prompt goes with the first turn of a
+  session only.
 * **Cancel.** ``session/cancel``, every held permission request answered
   ``cancelled``, then up to ``cancel_grace_s`` for the turn to end (any
   answer or error ends it); past that the agent's tree is ended and the next
@@ -46,6 +47,7 @@ from oma_bridge._version import __version__
 from oma_bridge.backends import (
     BackendKind,
     BackendOutcome,
+    ElicitationCompleteHandler,
     ElicitationRequest,
     Emit,
     PermissionRequest,
@@ -135,6 +137,9 @@ class AcpBackend:
         self._closed = False
         #: Where updates go that arrive while a request outside a turn reads the agent.
         self._side_emit: Emit | None = None
+        #: Told of ``elicitation/complete``: the last run's, kept between runs (the
+        #: agent may finish a URL elicitation while a setting is being sent).
+        self._elicitation_complete: ElicitationCompleteHandler | None = None
 
     # -- public ------------------------------------------------------------------
 
@@ -165,6 +170,7 @@ class AcpBackend:
             self._turn, self._ctx = turn, ctx
             self._client_methods.forwarder = ctx.client_forwarder
             self._client_methods.run_id = ctx.run_id
+            self._elicitation_complete = ctx.elicitation_complete_handler
             try:
                 with anyio.move_on_after(self.config.timeout_s):
                     return await self._run_turn(ctx, turn, text)
@@ -274,7 +280,12 @@ class AcpBackend:
             text = f"{ctx.system_prompt.strip()}\n\n{text}"
         # The system prompt is consumed by the first prompt sent, even if it fails.
         self._session_is_fresh = False
-        params = {"sessionId": live.session_id, "prompt": [{"type": "text", "text": text}]}
+        params: dict[str, Any] = {
+            "sessionId": live.session_id,
+            "prompt": [{"type": "text", "text": text}],
+        }
+        if ctx.meta:
+            params["_meta"] = dict(ctx.meta)  # the caller's, as given (trace context, say)
         call: PendingCall | None = None
         answer: Any = None
         failure: BaseException | None = None
@@ -610,6 +621,9 @@ class AcpBackend:
         logger.warning("ACP agent %s: %s message: %s", self.label, event.kind, event.detail)
 
     async def _on_notification(self, method: str, params: Any) -> None:
+        if method == "elicitation/complete" and isinstance(params, dict):
+            await self._on_elicitation_complete(params)
+            return
         if method != "session/update" or not isinstance(params, dict):
             return
         update = params.get("update")
@@ -680,7 +694,12 @@ class AcpBackend:
             return selected(least)
         meta = params.get("_meta")
         request = PermissionRequest(
-            self.label, ctx.run_id, tool_call, options, meta if isinstance(meta, dict) else None
+            self.label,
+            ctx.run_id,
+            tool_call,
+            options,
+            meta if isinstance(meta, dict) else None,
+            {key: value for key, value in params.items() if key != "sessionId"},
         )
         try:
             with anyio.move_on_after(self.config.permission_timeout_s) as waited:
@@ -695,6 +714,17 @@ class AcpBackend:
             logger.warning("ACP agent %s: permission answer %r is no option", self.label, choice)
             return selected(least)
         return selected(choice)
+
+    async def _on_elicitation_complete(self, params: dict[str, Any]) -> None:
+        """Pass the agent's ``elicitation/complete`` on as it is; without a handler, drop it."""
+        handler = self._elicitation_complete
+        if handler is None or not isinstance(params.get("elicitationId"), str):
+            logger.debug("ACP agent %s: elicitation/complete dropped", self.label)
+            return
+        try:
+            await handler(params)
+        except Exception:
+            logger.exception("ACP agent %s: elicitation complete handler failed", self.label)
 
     async def _on_elicitation(self, params: dict[str, Any]) -> dict[str, Any]:
         """Ask the run's elicitation handler; ``cancel`` when nobody can answer."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from oma_bridge._version import __version__
-from oma_bridge.backends import ElicitationRequest
+from oma_bridge.backends import ElicitationRequest, PermissionRequest
 from oma_bridge.backends.acp.backend import AcpBackend
 from oma_bridge.backends.acp.turn import update_of_event
 from oma_bridge.errors import InvalidMessageError, OMAError, WireError
@@ -40,7 +40,7 @@ from oma_bridge.rpc.core import (
     METHOD_NOT_FOUND,
     encode_notification,
 )
-from oma_bridge.server.acp.mapping import prompt_input, stop_reason, updates_of
+from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason, updates_of
 from oma_bridge.server.agents.journal import Entry, Journal, Signal
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.gateway import Endpoint
@@ -107,12 +107,21 @@ class Attachment:
         self._scope = anyio.CancelScope()
         hosted.paced.add(self)
 
-    def permission_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {
+    def permission_params(self, request: PermissionRequest) -> dict[str, Any]:
+        """The agent's params as it sent them (``_meta`` of the request, the tool call and the
+        options included), in this session (PROTOCOL §12.7)."""
+        if request.acp_params is not None:
+            return {"sessionId": self.hosted.agent_id, **request.acp_params}
+        params: dict[str, Any] = {
             "sessionId": self.hosted.agent_id,
-            "toolCall": params["toolCall"],
-            "options": params["options"],
+            "toolCall": dict(request.tool_call),
+            "options": [
+                {"optionId": o.option_id, "name": o.name, "kind": o.kind} for o in request.options
+            ],
         }
+        if request.meta:
+            params["_meta"] = dict(request.meta)
+        return params
 
     def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
         """Only for a client that advertised the request's mode (``elicitation.form``/``url``)."""
@@ -492,6 +501,7 @@ class _Connection:
             self._attach(session, hosted, hosted.journal.last_seq)
         # Refused before anything is spawned or opened (docs/acp.md, rule F2).
         run_input = prompt_input(params.get("prompt"), hosted.agent.kind, hosted.profile_name)
+        meta = client_meta(params.get("_meta"))
         try:
             turn = hosted.agent.prepare_prompt(run_input)
         except InvalidMessageError as error:
@@ -510,6 +520,7 @@ class _Connection:
             turn,
             journaled_input=run_input,
             keep_going=True,
+            meta=meta,
         )
         end = _run_end_seq(hosted.journal, result.run_id)
         if end is not None:

@@ -6,7 +6,9 @@
   refused before anything is spawned;
 * journal entries become ``session/update`` notifications (a ``run_start``
   only when a ``session/load`` replays the session);
-* a run's result becomes the answer's ``stopReason``, or a JSON-RPC error.
+* a run's result becomes the answer's ``stopReason``, or a JSON-RPC error;
+* a ``session/prompt``'s ``_meta`` goes to an acp profile's agent as it is,
+  but for the keys this daemon reserves (``oma-bridge/...``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,28 @@ from oma_bridge.errors import RefusedError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS
 
-__all__ = ["NOTE_META", "prompt_input", "stop_reason", "updates_of"]
+__all__ = ["NOTE_META", "RESERVED_META", "client_meta", "prompt_input", "stop_reason", "updates_of"]
 
 _REFUSED = {"name": "InvalidMessageError", "code": "INVALID_MESSAGE"}
 REFUSED_CODE = RefusedError.code
 #: The ``_meta`` key that marks a chunk as a journal note of the daemon, not the agent's text.
 NOTE_META = "oma-bridge/note"
+#: The prefix of the ``_meta`` keys only this daemon sets (docs/decisions.md, D22).
+RESERVED_META = "oma-bridge/"
+
+
+def client_meta(raw: object) -> dict[str, Any] | None:
+    """A client's request ``_meta`` for the agent: every key as sent but the reserved ones.
+
+    ``None`` when there is nothing to pass on; ``WireError`` -32602 when
+    ``_meta`` is not an object (ACP's schema says it is one).
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise WireError(INVALID_PARAMS, "_meta must be an object")
+    kept = {key: value for key, value in raw.items() if not key.startswith(RESERVED_META)}
+    return kept or None
 
 
 def _refuse(message: str) -> WireError:

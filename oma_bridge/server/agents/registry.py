@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from oma_bridge.agent import Agent
-from oma_bridge.backends import ElicitationRequest
+from oma_bridge.backends import ElicitationRequest, PermissionRequest
 from oma_bridge.server.agents.journal import Journal
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
@@ -32,8 +32,8 @@ class AcpClient(Protocol):
 
     session: Session
 
-    def permission_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """``session/request_permission`` params for the daemon's permission params."""
+    def permission_params(self, request: PermissionRequest) -> dict[str, Any]:
+        """``session/request_permission`` params: the agent's, in this client's session."""
 
     def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
         """``elicitation/create`` params, or ``None`` when this client cannot answer it."""

@@ -7,7 +7,9 @@ declared ``permissions``; otherwise to the agent's watchers that declared
 them and its ACP facade clients, where the first valid answer wins and the
 others are withdrawn with ``$/cancel_request``; with nobody to ask, the
 least-privilege reject.  An ACP agent's elicitation goes the same way (the
-capability is ``elicitation``), with ``cancel`` as the answer of nobody.
+capability is ``elicitation``), with ``cancel`` as the answer of nobody; its
+``elicitation/complete`` (a URL-mode one done) goes to the ACP clients that
+were asked that elicitation.
 Every decision goes to the audit log with who made it.
 """
 
@@ -19,6 +21,7 @@ from typing import Any, Literal
 import anyio
 
 from oma_bridge.backends import (
+    ElicitationCompleteHandler,
     ElicitationHandler,
     ElicitationRequest,
     PermissionHandler,
@@ -43,6 +46,8 @@ __all__ = ["Remote"]
 _Ask = tuple[Session, str, dict[str, Any]]
 #: How much of an elicitation's message the audit log keeps.
 _MESSAGE_LIMIT = 200
+#: URL-mode elicitations whose ACP clients are remembered for ``elicitation/complete``.
+_URL_ELICITATIONS_KEPT = 256
 
 
 def _answers(answer: Any, request: PermissionRequest) -> bool:
@@ -64,6 +69,8 @@ class Remote:
     def __init__(self, settings: ServerSection, audit: AuditLog) -> None:
         self.settings = settings
         self.audit = audit
+        #: (agentId, elicitationId) -> the ACP clients sent that URL-mode elicitation.
+        self._url_asked: dict[tuple[str, str], list[Session]] = {}
 
     # -- hooks ---------------------------------------------------------------
 
@@ -159,7 +166,7 @@ class Remote:
                     + [
                         (client.session, "session/request_permission", acp_params)
                         for client in hosted.acp_clients.values()
-                        if (acp_params := _with_meta(client.permission_params(params), request))
+                        if (acp_params := client.permission_params(request))
                     ]
                 )
             decided = await self._decide(stages, lambda answer: _answers(answer, request))
@@ -206,6 +213,7 @@ class Remote:
                     if (client_params := client.elicitation_params(request)) is not None
                 ]
             )
+            self._remember_url(hosted.agent_id, request, stages[-1])
             decided = await self._decide(stages, lambda answer: valid_answer(answer) is not None)
             answer: dict[str, Any] = CANCEL
             by: Any = decided
@@ -224,6 +232,43 @@ class Remote:
             return answer
 
         return ask
+
+    def _remember_url(self, agent_id: str, request: ElicitationRequest, asked: list[_Ask]) -> None:
+        elicitation_id = request.params.get("elicitationId")
+        if request.mode != "url" or not isinstance(elicitation_id, str):
+            return
+        clients = [who for who, method, _ in asked if method == "elicitation/create"]
+        self._url_asked[(agent_id, elicitation_id)] = clients
+        while len(self._url_asked) > _URL_ELICITATIONS_KEPT:
+            del self._url_asked[next(iter(self._url_asked))]
+
+    def elicitation_complete_handler(
+        self, target: Callable[[], HostedAgent]
+    ) -> ElicitationCompleteHandler:
+        """Relays an ACP agent's ``elicitation/complete`` (``docs/acp.md``, "Elicitations").
+
+        To the ACP clients that were sent that elicitation and are still
+        attached; for an elicitation nobody here was asked, to every attached
+        ACP client that advertised URL-mode elicitations.  The params go as the
+        agent sent them (``elicitationId``, ``_meta``).
+        """
+
+        async def complete(params: Mapping[str, Any]) -> None:
+            hosted = target()
+            asked = self._url_asked.pop((hosted.agent_id, str(params["elicitationId"])), None)
+            if asked is not None:
+                clients = [c.session for c in hosted.acp_clients.values() if c.session in asked]
+            else:
+                probe = ElicitationRequest(hosted.profile_name, None, {"mode": "url"})
+                clients = [
+                    client.session
+                    for client in hosted.acp_clients.values()
+                    if client.elicitation_params(probe) is not None
+                ]
+            for session in clients:
+                await session.notify("elicitation/complete", dict(params))
+
+        return complete
 
     # -- asking clients --------------------------------------------------------
 
@@ -307,11 +352,6 @@ class Remote:
             else {"outcome": "cancelled"},
             decidedBy=by,
         )
-
-
-def _with_meta(params: dict[str, Any], request: PermissionRequest) -> dict[str, Any]:
-    """ACP params carry the agent's ``_meta`` on (the daemon's ``permission/request`` has none)."""
-    return {**params, "_meta": dict(request.meta)} if request.meta else params
 
 
 def _decided_by(winner: Session) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +258,7 @@ class AgentService:
             agent=Agent(
                 config,
                 elicitation_handler=self.remote.elicitation_handler(target, self._run_session),
+                elicitation_complete_handler=self.remote.elicitation_complete_handler(target),
                 client_forwarder=client_forwarder(target, self._run_session),
             ),
             hooks=flags,
@@ -389,6 +390,7 @@ class AgentService:
         journaled_input: Any,
         run_id: str | None = None,
         keep_going: bool = False,
+        meta: Mapping[str, Any] | None = None,
     ) -> AgentRunResult:
         """Queue and run one turn of already prepared input on ``hosted``, journaling it.
 
@@ -396,7 +398,7 @@ class AgentService:
         ``run/event`` to ``session``), ``agent/prompt`` or ``session/prompt``
         (a turn of the agent's history; ``prepared`` is the user turn).  The
         agent takes ``prepared`` as it is: it was guarded and copied once, when
-        the request came.
+        the request came.  ``meta``: the request's ``_meta`` for the agent (never journaled).
         """
         agent = hosted.agent
         run = self.runs.new(run_id, hosted.agent_id, method, session)
@@ -438,11 +440,11 @@ class AgentService:
         async def run_turn() -> AgentRunResult:
             if isinstance(prepared, PreparedPrompt):
                 result = await agent.prompt(
-                    prepared, run_id=run_id, on_event=emit, permission_handler=permission
+                    prepared, run_id=run_id, on_event=emit, permission_handler=permission, meta=meta
                 )
             elif method == "agent/run":
                 result = await agent.run(
-                    prepared, run_id=run_id, on_event=emit, permission_handler=permission
+                    prepared, run_id=run_id, on_event=emit, permission_handler=permission, meta=meta
                 )
             else:
                 # The stream's events as Agent.stream gives them, but emitted from
@@ -452,7 +454,11 @@ class AgentService:
                 # A hook failure is a result like any other here; its closing
                 # events are the stream's (``error`` alone).
                 result = await agent.run(
-                    prepared, run_id=run_id, on_event=emit, permission_handler=permission
+                    prepared,
+                    run_id=run_id,
+                    on_event=emit,
+                    permission_handler=permission,
+                    meta=meta,
                 )
                 for event in closing_events(result):
                     await emit(event)
