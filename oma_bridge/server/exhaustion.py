@@ -4,7 +4,8 @@ When ``accept(2)`` fails with EMFILE (or ENFILE, ENOBUFS, ENOMEM), asyncio
 logs a traceback and retries a second later, while the client waits in the
 listen backlog with nothing to tell it why.  :class:`ConnectionRefuser`
 keeps one descriptor in reserve; at that moment it gives it up, accepts
-the connections that wait, answers each ``503`` with the reason, and takes
+the connections that wait, answers each ``503`` with the reason (after
+its request came in, so that the answer is not lost to a reset), and takes
 its reserve back.  Clients fail at once with a message that says what is
 wrong, and connect again as soon as descriptors are free.
 """
@@ -17,6 +18,7 @@ import logging
 import math
 import os
 import resource
+import select
 import socket
 import time
 from typing import Any
@@ -37,6 +39,9 @@ _RESPONSE = (
 #: At most this many waiting connections are refused per attempt of asyncio's.
 _REFUSE_AT_ONCE = 64
 _WARN_EVERY_S = 10.0
+#: How long, at most, the requests of the connections refused at one attempt
+#: are waited for, all together (the loop stands still meanwhile).
+_REQUEST_WAIT_S = 0.05
 
 
 class ConnectionRefuser:
@@ -85,6 +90,7 @@ class ConnectionRefuser:
         """Answer the connections waiting on ``listener_fd`` with 503; how many."""
         listener = socket.socket(fileno=listener_fd)  # a view: no descriptor of its own
         refused = 0
+        deadline = time.monotonic() + _REQUEST_WAIT_S
         try:
             listener.setblocking(False)
             while refused < _REFUSE_AT_ONCE:
@@ -94,7 +100,7 @@ class ConnectionRefuser:
                 except OSError:
                     break  # none waiting (EAGAIN), or still no descriptor to take one
                 with connection:
-                    _refuse(connection)
+                    _refuse(connection, max(0.0, deadline - time.monotonic()))
                 refused += 1
         finally:
             listener.detach()
@@ -112,11 +118,17 @@ class ConnectionRefuser:
             self._spare = -1
 
 
-def _refuse(connection: socket.socket) -> None:
+def _refuse(connection: socket.socket, wait_s: float) -> None:
     with contextlib.suppress(OSError):
         connection.setblocking(False)
-        # Read what the client sent first: closing with unread data would
-        # reset the connection and could lose the answer on its way.
+        # Read the client's request before closing: a socket closed with
+        # unread data resets the connection (a unix socket's peer then reads
+        # ECONNRESET, not the answer). A client sends its request right after
+        # connecting, so it is waited for, briefly: poll(2) takes no
+        # descriptor, and this runs only while the daemon is out of them.
+        waiting = select.poll()
+        waiting.register(connection, select.POLLIN)
+        waiting.poll(round(wait_s * 1000))
         with contextlib.suppress(BlockingIOError):
             connection.recv(65536)
         connection.send(_RESPONSE)
