@@ -71,6 +71,8 @@ async def test_the_page_lists_the_built_in_profiles(folder: Path) -> None:
         assert {"echo", "wordcount", "demo"} <= set(names)
         echo = await page.text('#profile-rows tr[data-profile="echo"]')
         assert "llm" in echo and "echo-1" in echo
+        # The summary comes with the first daemon/status answer, after the profiles.
+        await page.wait_for("document.querySelector('#summary').textContent.includes('daemon ')")
         assert f"daemon {__version__}" in await page.text("#summary")
         assert await page.evaluate("document.getElementById('no-access').hidden") is True
         # The token left the address bar (a shared screen shows none); a reload keeps it.
