@@ -19,7 +19,10 @@ A write cut short (a full disk, a SIGKILL in the middle of a large write)
 can leave an incomplete last line, which makes the file unreadable at the
 next start (below): what a crash costs is that session, never the daemon.
 A write that fails (a full disk) turns persistence off with one warning;
-the daemon goes on in memory.
+the daemon goes on in memory.  So does a disk that falls more than
+:data:`MAX_BACKLOG_BYTES` behind the streams: what waits for the writer is
+memory, and it stays bounded.  Either way a file keeps a prefix of its
+session (nothing is written after the failure), which a restart reads.
 
 :meth:`SessionStore.load` reads the folder at start; a file that does not
 parse line by line (corrupt, truncated) is skipped with a warning naming it.
@@ -52,6 +55,10 @@ _BATCH_BYTES = 64 * 1024
 _GATHER_S = 0.005
 #: Buffers per ``writev`` (Linux's ``IOV_MAX``).
 _IOV_MAX = 1024
+#: Bytes handed to the writer and not written yet past which the disk counts
+#: as failed (as a full one does): a disk slower than the streams for long
+#: must not grow the daemon's memory without bound.
+MAX_BACKLOG_BYTES = 32 * 1024 * 1024
 
 
 @dataclass
@@ -88,6 +95,11 @@ class SessionStore:
         self._opened: dict[str, int] = {}
         #: Batched lines not handed to the writer yet, per agent (see :meth:`write`).
         self._pending: dict[str, bytearray] = {}
+        #: Bytes queued (counted by the loop) and written or dropped (by the
+        #: writer): each counter has one writer thread, their difference is
+        #: the backlog.
+        self._queued_bytes = 0
+        self._done_bytes = 0
 
     @property
     def enabled(self) -> bool:
@@ -145,12 +157,25 @@ class SessionStore:
     def _flush(self, agent_id: str) -> None:
         pending = self._pending.pop(agent_id, None)
         if pending:
-            self._queue.put(("line", agent_id, bytes(pending)))
+            self._enqueue(("line", agent_id, bytes(pending)))
 
     def _put(self, kind: str, agent_id: str, line: dict[str, Any]) -> None:
         if self.enabled:
             self._flush(agent_id)
-            self._queue.put((kind, agent_id, orjson.dumps(line) + b"\n"))
+            self._enqueue((kind, agent_id, orjson.dumps(line) + b"\n"))
+
+    def _enqueue(self, op: _Op) -> None:
+        self._queued_bytes += len(op[2])
+        self._queue.put(op)
+        behind = self._queued_bytes - self._done_bytes
+        if behind > MAX_BACKLOG_BYTES and not self._failed:
+            self._failed = True
+            logger.warning(
+                "session files in %s are %d MiB behind the streams (the disk is too slow): "
+                "sessions stay in memory only",
+                self.folder,
+                behind // (1024 * 1024),
+            )
 
     def count(self) -> int:
         """Session files on disk (``daemon/status``'s ``sessions``)."""
@@ -186,7 +211,9 @@ class SessionStore:
                     # write(2) per file for all of it, not one per entry.
                     time.sleep(_GATHER_S)
                     batch += _drain(self._queue)
-                if not self._apply_batch(files, batch):
+                going_on = self._apply_batch(files, batch)
+                self._done_bytes += sum(len(op[2]) for op in batch if op is not None)
+                if not going_on:
                     return
         finally:
             for fd in files.values():

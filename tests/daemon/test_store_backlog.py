@@ -1,0 +1,78 @@
+"""A disk slower than the streams: the session store's backlog stays bounded.
+
+The writer thread's writes are slowed (a disk that takes 20 ms per write);
+the loop's side hands it far more than ``MAX_BACKLOG_BYTES`` of stream
+lines. Persistence turns off with one warning, as for a full disk, what
+was queued is dropped rather than held, and the file left behind is a
+readable prefix of the session.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from oma_bridge.server.agents import store as store_module
+from oma_bridge.server.agents.store import MAX_BACKLOG_BYTES, SessionStore
+
+pytestmark = pytest.mark.anyio
+
+CHUNK = "x" * (256 * 1024)
+
+
+async def test_a_slow_disk_turns_persistence_off_instead_of_growing_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_write_all = store_module._write_all
+
+    def slow_write_all(fd: int, chunks: list[bytes]) -> None:
+        time.sleep(0.02)
+        real_write_all(fd, chunks)
+
+    monkeypatch.setattr(store_module, "_write_all", slow_write_all)
+    caplog.set_level(logging.WARNING, logger="oma_bridge.server")
+    store = SessionStore(tmp_path / "sessions")
+    assert store.load() == []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.run)
+        store.create("agt_slow", "echo", {})
+        await anyio.sleep(0.2)  # the header is on disk
+        seq = 0
+        # Four times the bound, far faster than the slowed disk takes it.
+        while seq * len(CHUNK) < 4 * MAX_BACKLOG_BYTES:
+            seq += 1
+            entry = {"type": "event", "runId": "r", "event": {"type": "text", "data": CHUNK}}
+            store.write("agt_slow", {"seq": seq, "entry": entry}, batch=True)
+            await anyio.sleep(0.001)  # a stream yields between its chunks
+        assert not store.enabled
+        behind = store._queued_bytes - store._done_bytes
+        assert behind <= MAX_BACKLOG_BYTES + 2 * len(CHUNK) + 1024
+        store.close()
+    warnings = [r.getMessage() for r in caplog.records if "behind the streams" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "sessions stay in memory only" in warnings[0]
+    # What reached the disk is a prefix a restart can read: entries 1..n, in order.
+    (session,) = SessionStore(tmp_path / "sessions").load()
+    seqs = [seq for seq, _entry in session.entries]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert len(seqs) < seq
+
+
+async def test_a_disk_that_keeps_up_keeps_every_line(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "sessions")
+    store.load()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.run)
+        store.create("agt_fast", "echo", {})
+        for seq in range(1, 201):
+            entry = {"type": "event", "runId": "r", "event": {"type": "text", "data": "word "}}
+            store.write("agt_fast", {"seq": seq, "entry": entry}, batch=True)
+        store.sync("agt_fast")
+        store.close()
+    assert store.enabled
+    (session,) = SessionStore(tmp_path / "sessions").load()
+    assert [seq for seq, _entry in session.entries] == list(range(1, 201))
