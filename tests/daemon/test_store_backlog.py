@@ -1,6 +1,6 @@
 """A disk slower than the streams: the session store's backlog stays bounded.
 
-The writer thread's writes are slowed (a disk that takes 20 ms per write);
+The writer thread's writes are slowed (a disk of 16 MiB/s);
 the loop's side hands it far more than ``MAX_BACKLOG_BYTES`` of stream
 lines. Persistence turns off with one warning, as for a full disk, what
 was queued is dropped rather than held, and the file left behind is a
@@ -22,6 +22,8 @@ from oma_bridge.server.agents.store import MAX_BACKLOG_BYTES, SessionStore
 pytestmark = pytest.mark.anyio
 
 CHUNK = "x" * (256 * 1024)
+#: The slowed disk: 16 MiB/s, far below what the loop hands it here.
+DISK_BYTES_PER_S = 16 * 1024 * 1024
 
 
 async def test_a_slow_disk_turns_persistence_off_instead_of_growing_memory(
@@ -30,7 +32,7 @@ async def test_a_slow_disk_turns_persistence_off_instead_of_growing_memory(
     real_write_all = store_module._write_all
 
     def slow_write_all(fd: int, chunks: list[bytes]) -> None:
-        time.sleep(0.02)
+        time.sleep(sum(len(chunk) for chunk in chunks) / DISK_BYTES_PER_S)
         real_write_all(fd, chunks)
 
     monkeypatch.setattr(store_module, "_write_all", slow_write_all)
@@ -39,19 +41,21 @@ async def test_a_slow_disk_turns_persistence_off_instead_of_growing_memory(
     assert store.load() == []
     async with anyio.create_task_group() as tg:
         tg.start_soon(store.run)
-        store.create("agt_slow", "echo", {})
-        await anyio.sleep(0.2)  # the header is on disk
-        seq = 0
-        # Four times the bound, far faster than the slowed disk takes it.
-        while seq * len(CHUNK) < 4 * MAX_BACKLOG_BYTES:
-            seq += 1
-            entry = {"type": "event", "runId": "r", "event": {"type": "text", "data": CHUNK}}
-            store.write("agt_slow", {"seq": seq, "entry": entry}, batch=True)
-            await anyio.sleep(0.001)  # a stream yields between its chunks
-        assert not store.enabled
-        behind = store._queued_bytes - store._done_bytes
-        assert behind <= MAX_BACKLOG_BYTES + 2 * len(CHUNK) + 1024
-        store.close()
+        try:
+            store.create("agt_slow", "echo", {})
+            await anyio.sleep(0.2)  # the header is on disk
+            seq = 0
+            # Four times the bound, far faster than the slowed disk takes it.
+            while seq * len(CHUNK) < 4 * MAX_BACKLOG_BYTES:
+                seq += 1
+                entry = {"type": "event", "runId": "r", "event": {"type": "text", "data": CHUNK}}
+                store.write("agt_slow", {"seq": seq, "entry": entry}, batch=True)
+                await anyio.sleep(0.001)  # a stream yields between its chunks
+            assert not store.enabled
+            behind = store._queued_bytes - store._done_bytes
+            assert behind <= MAX_BACKLOG_BYTES + 2 * len(CHUNK) + 1024
+        finally:
+            store.close()  # the writer thread ends only so (it cannot be cancelled)
     warnings = [r.getMessage() for r in caplog.records if "behind the streams" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert "sessions stay in memory only" in warnings[0]
@@ -67,12 +71,31 @@ async def test_a_disk_that_keeps_up_keeps_every_line(tmp_path: Path) -> None:
     store.load()
     async with anyio.create_task_group() as tg:
         tg.start_soon(store.run)
-        store.create("agt_fast", "echo", {})
-        for seq in range(1, 201):
-            entry = {"type": "event", "runId": "r", "event": {"type": "text", "data": "word "}}
-            store.write("agt_fast", {"seq": seq, "entry": entry}, batch=True)
-        store.sync("agt_fast")
-        store.close()
+        try:
+            store.create("agt_fast", "echo", {})
+            for seq in range(1, 201):
+                entry = {"type": "event", "runId": "r", "event": {"type": "text", "data": "word "}}
+                store.write("agt_fast", {"seq": seq, "entry": entry}, batch=True)
+            store.sync("agt_fast")
+        finally:
+            store.close()
     assert store.enabled
     (session,) = SessionStore(tmp_path / "sessions").load()
     assert [seq for seq, _entry in session.entries] == list(range(1, 201))
+
+
+async def test_a_cancelled_writer_finishes_what_was_queued_and_ends(tmp_path: Path) -> None:
+    # The daemon's task group may be cancelled (a crash of a sibling task)
+    # before close(): the writer thread must end, not hold the group forever.
+    store = SessionStore(tmp_path / "sessions")
+    store.load()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.run)
+            store.create("agt_cut", "echo", {})
+            entry = {"type": "event", "runId": "r", "event": {"type": "text", "data": "word"}}
+            store.write("agt_cut", {"seq": 1, "entry": entry})
+            await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
+    (session,) = SessionStore(tmp_path / "sessions").load()
+    assert [seq for seq, _entry in session.entries] == [1]

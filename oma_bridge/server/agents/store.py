@@ -189,10 +189,22 @@ class SessionStore:
     # -- the worker ----------------------------------------------------------
 
     async def run(self) -> None:
-        """Write until :meth:`close`; run it in the daemon's task group."""
+        """Write until :meth:`close` (or until cancelled); run it in the daemon's task group."""
         if self.folder is None:
             return
-        await anyio.to_thread.run_sync(self._work)
+
+        async def close_when_cancelled() -> None:
+            # The writer thread cannot be cancelled, and its task group would
+            # wait for it forever: a cancelled run asks it to finish instead.
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self.close()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(close_when_cancelled)
+            await anyio.to_thread.run_sync(self._work)
+            tg.cancel_scope.cancel()
 
     def close(self) -> None:
         """Finish what is queued (batched lines included), then stop the worker."""
