@@ -74,11 +74,9 @@ class PermissionRequest:
     run_id: str
     tool_call: Mapping[str, Any]  # {"toolCallId", "title"?, "kind"?, "rawInput"?}
     options: tuple[PermissionOption, ...]
-    #: The request's ``_meta`` (W3C trace context, say), relayed to ACP clients as sent.
-    meta: Mapping[str, Any] | None = None
-    #: The agent's params as it sent them, but its ``sessionId`` (the tool call's and each
-    #: option's own ``_meta``, ``content``, ``locations`` included): what an ACP client is
-    #: asked (PROTOCOL §12.7).  ``None``: built from the fields above.
+    #: The agent's params as it sent them, but its ``sessionId`` (its ``_meta``, the tool
+    #: call's and each option's own ``_meta``, ``content``, ``locations`` included): what
+    #: an ACP client is asked (PROTOCOL §12.7).  ``None``: built from the fields above.
     acp_params: Mapping[str, Any] | None = None
 
 

@@ -692,14 +692,12 @@ class AcpBackend:
         least = choose_option(options, "reject")
         if ctx.permission_handler is None:
             return selected(least)
-        meta = params.get("_meta")
         request = PermissionRequest(
             self.label,
             ctx.run_id,
             tool_call,
             options,
-            meta if isinstance(meta, dict) else None,
-            {key: value for key, value in params.items() if key != "sessionId"},
+            acp_params={key: value for key, value in params.items() if key != "sessionId"},
         )
         try:
             with anyio.move_on_after(self.config.permission_timeout_s) as waited:

@@ -112,16 +112,13 @@ class Attachment:
         options included), in this session (PROTOCOL §12.7)."""
         if request.acp_params is not None:
             return {"sessionId": self.hosted.agent_id, **request.acp_params}
-        params: dict[str, Any] = {
+        return {
             "sessionId": self.hosted.agent_id,
             "toolCall": dict(request.tool_call),
             "options": [
                 {"optionId": o.option_id, "name": o.name, "kind": o.kind} for o in request.options
             ],
         }
-        if request.meta:
-            params["_meta"] = dict(request.meta)
-        return params
 
     def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
         """Only for a client that advertised the request's mode (``elicitation.form``/``url``)."""
