@@ -132,10 +132,6 @@ class Journal:
     def __len__(self) -> int:
         return len(self._entries)
 
-    @property
-    def size_bytes(self) -> int:
-        return self._bytes
-
     def after(self, seq: int) -> list[Entry]:
         """The retained entries with a ``seq`` above ``seq``, in order."""
         if not self._entries or seq >= self.last_seq:
