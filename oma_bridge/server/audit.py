@@ -15,11 +15,14 @@ import datetime
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from oma_bridge.redaction import redact
+
+if TYPE_CHECKING:
+    from oma_bridge.server.session import Session
 
 __all__ = ["AuditLog", "decided_by_client"]
 
@@ -46,9 +49,12 @@ def _now() -> str:
     return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def decided_by_client(name: str, version: str, connection: str) -> dict[str, Any]:
-    """The ``decidedBy`` of a decision a connected client made."""
-    return {"client": {"name": name, "version": version}, "connection": connection}
+def decided_by_client(session: Session) -> dict[str, Any]:
+    """The ``decidedBy`` (or ``servedBy``) of what a connected client did: its
+    ``clientInfo`` from ``initialize`` and its connection."""
+    info = session.init.clientInfo if session.init is not None else None
+    client = {"name": info.name if info else "", "version": info.version if info else ""}
+    return {"client": client, "connection": session.id}
 
 
 class AuditLog:

@@ -58,7 +58,7 @@ def client_forwarder(
         created = answer.get("terminalId") if isinstance(answer, dict) else None
         if call.method == "terminal/create" and isinstance(created, str):
             owners[created] = client.session
-        return ClientAnswer(answer, _served_by(client.session))
+        return ClientAnswer(answer, decided_by_client(client.session))
 
     return forward
 
@@ -86,8 +86,3 @@ async def _ask(session: Session, call: ClientCall, params: dict[str, Any]) -> An
 def _name(session: Session) -> str:
     info = session.init.clientInfo if session.init is not None else None
     return f"{info.name if info else 'acp-client'} (connection {session.id})"
-
-
-def _served_by(session: Session) -> dict[str, Any]:
-    info = session.init.clientInfo if session.init is not None else None
-    return decided_by_client(info.name if info else "", info.version if info else "", session.id)

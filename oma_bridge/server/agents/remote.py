@@ -173,7 +173,7 @@ class Remote:
             if isinstance(decided, tuple):
                 winner, answer = decided
                 chosen = option_from_answer(answer, request.options)
-                self._record_permission(agent_id, request, chosen, _decided_by(winner))
+                self._record_permission(agent_id, request, chosen, decided_by_client(winner))
                 return chosen
             chosen = choose_option(request.options, "reject")
             self._record_permission(agent_id, request, chosen, decided)
@@ -218,7 +218,7 @@ class Remote:
             answer: dict[str, Any] = CANCEL
             by: Any = decided
             if isinstance(decided, tuple):
-                answer, by = valid_answer(decided[1]) or CANCEL, _decided_by(decided[0])
+                answer, by = valid_answer(decided[1]) or CANCEL, decided_by_client(decided[0])
             self.audit.record(
                 "elicitation",
                 hosted.agent_id,
@@ -352,10 +352,3 @@ class Remote:
             else {"outcome": "cancelled"},
             decidedBy=by,
         )
-
-
-def _decided_by(winner: Session) -> dict[str, Any]:
-    client = winner.init.clientInfo if winner.init is not None else None
-    return decided_by_client(
-        client.name if client else "", client.version if client else "", winner.id
-    )
