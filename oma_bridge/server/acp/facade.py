@@ -122,10 +122,13 @@ class Attachment:
 
     def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
         """Only for a client that advertised the request's mode (``elicitation.form``/``url``)."""
-        modes = self.capabilities.get("elicitation")
-        if not isinstance(modes, dict) or not isinstance(modes.get(request.mode), dict):
+        if not self.elicits(request.mode):
             return None
         return {"sessionId": self.hosted.agent_id, **request.params}
+
+    def elicits(self, mode: str) -> bool:
+        modes = self.capabilities.get("elicitation")
+        return isinstance(modes, dict) and isinstance(modes.get(mode), dict)
 
     def serves(self, method: str) -> bool:
         """``fs/*`` and ``terminal/*`` by the ``clientCapabilities`` of ``initialize``."""

@@ -38,6 +38,9 @@ class AcpClient(Protocol):
     def elicitation_params(self, request: ElicitationRequest) -> dict[str, Any] | None:
         """``elicitation/create`` params, or ``None`` when this client cannot answer it."""
 
+    def elicits(self, mode: str) -> bool:
+        """Whether this client advertised elicitations of ``mode`` (``form``, ``url``)."""
+
     def serves(self, method: str) -> bool:
         """Whether this client advertised what ``method`` needs (``fs/*``, ``terminal/*``)."""
 

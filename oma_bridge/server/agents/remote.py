@@ -259,12 +259,7 @@ class Remote:
             if asked is not None:
                 clients = [c.session for c in hosted.acp_clients.values() if c.session in asked]
             else:
-                probe = ElicitationRequest(hosted.profile_name, None, {"mode": "url"})
-                clients = [
-                    client.session
-                    for client in hosted.acp_clients.values()
-                    if client.elicitation_params(probe) is not None
-                ]
+                clients = [c.session for c in hosted.acp_clients.values() if c.elicits("url")]
             for session in clients:
                 await session.notify("elicitation/complete", dict(params))
 
