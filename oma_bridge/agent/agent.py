@@ -394,6 +394,12 @@ class Agent:
             result = await self._run_guarded(
                 run, messages, record, budget, permission_handler or self.permission_handler, meta
             )
+        except BaseException:
+            # Ended from outside with no result (a stream left early, the
+            # caller's own scope): the agent is not running it any more.
+            self._state.status = "error"
+            self._state.error = RunCancelledError().message
+            raise
         finally:
             del self._runs[run.run_id]
             run.ended.set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -12,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectSendStream
 
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.messages import LLMMessage
@@ -79,6 +79,77 @@ class StreamOutcome:
 STREAM_BUFFER = 64
 
 
+class EventHandover:
+    """The bounded buffer between a stream's producer and its consumer.
+
+    An anyio memory stream checkpoints on every ``send`` and ``receive``: two
+    trips through the event loop per event, each with an async-library
+    look-up, which cost a third of a one-message-per-write ACP relay
+    (docs/benchmarks.md, "ACP relay, one message per write").  Here an event
+    is appended without a scheduling point while the buffer has room, taken
+    without one while events are ready, and a side waits on a loop future
+    only when it must (the consumer on an empty buffer, the producer on a
+    full one).  Cancellation still reaches a waiting side: a cancel scope
+    cancels the task, and with it the future it awaits.
+    """
+
+    __slots__ = ("_closed", "_events", "_limit", "_loop", "_waiter")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError(f"buffer must be >= 0, got {limit}")
+        self._limit = limit
+        self._events: deque[StreamEvent] = deque()
+        self._closed = False
+        # The one side waiting, if any: both never wait at once, since the
+        # consumer waits only on an empty buffer and the producer on a full one.
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def put(self, event: StreamEvent) -> None:
+        """Hand ``event`` over; wait while more than ``limit`` are untaken."""
+        self._events.append(event)
+        self._wake()
+        while len(self._events) > self._limit:
+            await self._wait()
+
+    def close(self, *, discard: bool = False) -> None:
+        """No more events: a waiting consumer ends once it has taken the rest
+        (at once with ``discard``, for a consumer that left)."""
+        self._closed = True
+        if discard:
+            self._events.clear()
+        self._wake()
+
+    async def get(self) -> StreamEvent:
+        """The next event; :class:`anyio.EndOfStream` once closed and drained."""
+        events = self._events
+        while not events:
+            if self._closed:
+                raise anyio.EndOfStream
+            await self._wait()
+        event = events.popleft()
+        if self._waiter is not None and len(events) <= self._limit:
+            self._wake()
+        return event
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            if self._waiter is waiter:
+                self._waiter = None
+
+
 class RunStream:
     """The async iterator returned by :meth:`Agent.stream`.
 
@@ -115,7 +186,7 @@ class RunStream:
         self._meta = meta
         self._messages: list[LLMMessage] | None = messages
         self._outcome = StreamOutcome()
-        self._send, self._receive = anyio.create_memory_object_stream[StreamEvent](buffer)
+        self._events = EventHandover(buffer)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._error_seen = False
 
@@ -130,7 +201,7 @@ class RunStream:
         if self._messages is not None:
             self._start()
         try:
-            return await self._receive.receive()
+            return await self._events.get()
         except anyio.EndOfStream:
             await self._outcome.wait_ended()
             error = self._outcome.error
@@ -151,7 +222,7 @@ class RunStream:
             self._agent,
             messages,
             self.run_id,
-            self._send,
+            self._events,
             outcome,
             self._permission_handler,
             self._meta,
@@ -170,7 +241,7 @@ class RunStream:
         self._messages = None
         self._outcome.stop()
         await self._outcome.wait_ended()
-        self._receive.close()
+        self._events.close(discard=True)
         error = self._outcome.error
         if error is not None and not self._error_seen:
             self._error_seen = True
@@ -233,7 +304,7 @@ async def _produce(
     agent: Agent,
     messages: list[LLMMessage],
     run_id: str,
-    send: MemoryObjectSendStream[StreamEvent],
+    events: EventHandover,
     outcome: StreamOutcome,
     permission_handler: PermissionHandler | None,
     meta: Mapping[str, Any] | None = None,
@@ -246,27 +317,27 @@ async def _produce(
     consumer's own block.
     """
     try:
-        async with send:
-            if outcome.stopped:
-                return
-            with anyio.CancelScope() as outcome.scope:
-                try:
-                    result = await agent._execute(
-                        messages,
-                        run_id=run_id,
-                        emit=send.send,
-                        permission_handler=permission_handler,
-                        raise_callback_errors=True,
-                        meta=meta,
-                    )
-                except HookFailed as failed:
-                    result = failed.result
-                outcome.result = result
-                for event in closing_events(result):
-                    await send.send(event)
+        if outcome.stopped:
+            return
+        with anyio.CancelScope() as outcome.scope:
+            try:
+                result = await agent._execute(
+                    messages,
+                    run_id=run_id,
+                    emit=events.put,
+                    permission_handler=permission_handler,
+                    raise_callback_errors=True,
+                    meta=meta,
+                )
+            except HookFailed as failed:
+                result = failed.result
+            outcome.result = result
+            for event in closing_events(result):
+                await events.put(event)
     except Exception as error:
         outcome.error = error
     finally:
+        events.close()
         agent._streams.discard(outcome)
         assert outcome.ended is not None
         outcome.ended.set()
