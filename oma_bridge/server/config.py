@@ -169,6 +169,9 @@ class ServerSection(_Frozen):
     persist_sessions: StrictBool = True
     journal_max_events: PositiveInt = 10_000
     journal_max_bytes: PositiveInt = 16 * MIB
+    #: Join an ``agent/stream``'s text events into one journal entry while the
+    #: caller's socket is backed up (PROTOCOL §13.1, D19); ``false``: one entry per event.
+    join_text: StrictBool = True
     audit_log: StrictBool = True
     #: Where ``cwd = "client"`` profiles may run: a client's folder must be inside one.
     workspace_roots: tuple[ConfigPath, ...] = Field(default_factory=lambda: (Path.home(),))

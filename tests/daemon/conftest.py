@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -81,3 +82,19 @@ def client_of(short_dir: Path) -> Callable[..., Any]:
             yield client
 
     return make
+
+
+def small_send_buffer(session: Any) -> None:
+    """Shrink the daemon's send buffers of one connection, so its stream cannot run far ahead.
+
+    The leash holds the reader back; these buffers are what the daemon can
+    still write meanwhile (the kernel's ~200 KB would hold ~2,000 entries).
+    """
+    transport = session._drop.__self__  # the connection's drop is its transport's abort
+    transport.set_write_buffer_limits(high=4096)
+    transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+
+def service_of(running: Any) -> Any:
+    """The daemon's :class:`AgentService` (its ``agent/watch`` handler's owner), to peek at."""
+    return running.gateway.methods.get("agent/watch").__self__

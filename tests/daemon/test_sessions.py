@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import aclosing
@@ -26,7 +25,7 @@ from support.wire import Wire, wire_client
 
 from oma_bridge.client import JournalEntry, RemoteAgent, connect
 
-from .conftest import daemon
+from .conftest import daemon, service_of, small_send_buffer
 
 pytestmark = pytest.mark.anyio
 
@@ -66,6 +65,11 @@ def no_daemon_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 
 WORDS = 20_000
 BIG_JOURNAL = "journal_max_events = 50000"
+#: For the leashed streams: the leash backs the stream's socket up, which
+#: would join its words (D19) into a few large entries, and these tests count
+#: their watcher's drops in entries.  Joining has tests of its own
+#: (test_joining.py); here one entry per word keeps the drops mid-stream.
+LEASHED = BIG_JOURNAL + "\njoin_text = false"
 
 
 def words(count: int, prefix: str = "w") -> str:
@@ -121,7 +125,7 @@ async def test_a_watcher_that_drops_50_times_loses_and_duplicates_nothing(short_
     leash = Leash(slack=500)
     with anyio.fail_after(90):
         async with (
-            daemon(short_dir, server=BIG_JOURNAL),
+            daemon(short_dir, server=LEASHED),
             wire_client(socket, gate=leash.gate) as streamer,
         ):
             agent_id = (await streamer.result("agent/open", {"profile": "echo"}))["agentId"]
@@ -187,22 +191,6 @@ async def test_a_watcher_that_drops_50_times_loses_and_duplicates_nothing(short_
     assert own == [(s, e["event"]) for s, e in everything if e["type"] == "event"]
 
 
-def small_send_buffer(session: Any) -> None:
-    """Shrink the daemon's send buffers of one connection, so its stream cannot run far ahead.
-
-    The leash holds the reader back; these buffers are what the daemon can
-    still write meanwhile (the kernel's ~200 KB would hold ~2,000 entries).
-    """
-    transport = session._drop.__self__  # the connection's drop is its transport's abort
-    transport.set_write_buffer_limits(high=4096)
-    transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-
-
-def service_of(running: Any) -> Any:
-    """The daemon's :class:`AgentService` (its ``agent/watch`` handler's owner), to peek at."""
-    return running.gateway.methods.get("agent/watch").__self__
-
-
 async def test_remote_agent_watch_reconnects_through_50_drops_and_loses_nothing(
     short_dir: Path,
 ) -> None:
@@ -217,7 +205,7 @@ async def test_remote_agent_watch_reconnects_through_50_drops_and_loses_nothing(
     leash = Leash(slack=100)
     with anyio.fail_after(90):
         async with (
-            daemon(short_dir, server=BIG_JOURNAL) as running,
+            daemon(short_dir, server=LEASHED) as running,
             wire_client(short_dir / "bridge.sock", gate=leash.gate) as streamer,
             connect(socket=short_dir / "bridge.sock", client_name="watcher") as client,
         ):

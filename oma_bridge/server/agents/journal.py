@@ -6,9 +6,11 @@ result), ``update`` (a raw ACP update), ``note``.  Entries get ``seq`` from 1,
 strictly increasing; retention keeps the newest ``max_events`` entries and at
 most ``max_bytes``, whichever is smaller, dropping the oldest first.
 
-The contract would let a text event be joined into an unsent text entry
-before it; the daemon never does (docs/decisions.md D19).
-:meth:`Journal.take` marks an entry sent to some connection.
+Under back-pressure a text event may be joined into the entry before it
+(:meth:`Journal.join_text`, PROTOCOL §13.1): only into the newest entry,
+only while no connection has been sent it (:meth:`Journal.take` marks an
+entry sent), only a plain text event of the same run, and only up to
+:data:`JOIN_MAX_BYTES` (docs/decisions.md D19).
 
 Readers never hold a queue of their own: a watcher keeps a cursor (the last
 ``seq`` it delivered) and reads :meth:`Journal.after` it, so a slow reader
@@ -29,10 +31,14 @@ from typing import Any, Protocol
 import anyio
 import orjson
 
-__all__ = ["Entry", "Follower", "Journal", "Signal"]
+__all__ = ["JOIN_MAX_BYTES", "Entry", "Follower", "Journal", "Signal"]
 
 #: What an entry costs beyond its text, for the byte limit (keys, ids, framing).
 _ENTRY_OVERHEAD = 96
+#: The largest a joined text entry grows: past it the next text opens an entry
+#: of its own, so a reader that lags sees its backlog in entries (which the
+#: journal's retention and a paced run count), never in one unbounded entry.
+JOIN_MAX_BYTES = 64 * 1024
 
 
 class Signal:
@@ -194,6 +200,37 @@ class Journal:
         for follower in self._followers:
             follower.appended(entry)
         return entry
+
+    def join_text(self, entry: Entry, run_id: str, text: str) -> bool:
+        """Grow ``entry`` by ``text`` (a text event of ``run_id``) if §13.1 allows; ``True`` if so.
+
+        It must be the newest entry, sent to no connection, a plain text
+        event (not an ACP chunk, which the facade relays as it came) of the
+        same run, and stay within :data:`JOIN_MAX_BYTES`.
+        """
+        data = entry.data
+        event = data.get("event")
+        if (
+            entry.sent
+            or entry.seq != self.last_seq
+            or data["type"] != "event"
+            or data.get("runId") != run_id
+            or "update" in data
+            or not isinstance(event, dict)
+            or event.get("type") != "text"
+            or entry.size + len(text) > JOIN_MAX_BYTES
+        ):
+            return False
+        event["data"] += text
+        entry.frame = None  # encoded before the join (a watcher's refused offer): stale
+        entry.size += len(text)
+        self._bytes += len(text)
+        self._appended += len(text)
+        entry.mark = self._appended
+        self._trim()
+        if self.on_append is not None:
+            self.on_append(entry, text)
+        return True
 
     def restore(self, entries: list[tuple[int, dict[str, Any]]]) -> None:
         """Load entries read back from disk (their seqs kept), before anything else is added."""

@@ -40,10 +40,12 @@ from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.results import AgentRunResult, StreamEvent
+from oma_bridge.rpc import unwrap_single_error
 from oma_bridge.server.agents.client_calls import client_forwarder
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.overrides import agent_config, check_forbidden
 from oma_bridge.server.agents.registry import HookTarget, HostedAgent
+from oma_bridge.server.agents.relay import CallerRelay
 from oma_bridge.server.agents.remote import Remote
 from oma_bridge.server.agents.runs import LiveRun, Runs
 from oma_bridge.server.agents.status import (
@@ -406,10 +408,21 @@ class AgentService:
         permission = self.remote.permission_handler(session, hosted)
         hosted.use(session)
         journal = hosted.journal
+        relay = CallerRelay(session, journal, run_id) if method == "agent/stream" else None
+        joins = relay is not None and self.settings.join_text
 
         async def emit(event: StreamEvent) -> None:
             wire = event.to_wire()
             raw = event.acp_update
+            if (
+                joins
+                and relay is not None
+                and raw is None
+                and wire["type"] == "text"
+                and not hosted.paced  # a join adds bytes no paced reader was waited for
+                and relay.join(wire["data"])
+            ):
+                return
             if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
                 entry = await _journal(hosted, {"type": "update", "update": wire["data"]})
             elif raw is None:
@@ -421,21 +434,30 @@ class AgentService:
                 entry = await _journal(hosted, data)
             else:  # a typed ACP update (D15): journaled raw as every update is, streamed typed
                 entry = await _journal(hosted, {"type": "update", "update": raw})
-            if method == "agent/stream":
-                # One frame per event, sent before the next is made: the caller's
-                # socket paces the run (a client that stops reading is dropped
-                # by the send watchdog), and an idle one adds no latency.
-                journal.take(entry)
-                await session.notify(
-                    "run/event", {"runId": run_id, "event": wire, "seq": entry.seq}
-                )
+            if relay is not None:
+                # At once to an idle connection; joined into while its socket is
+                # backed up (server/agents/relay.py).  The caller's socket still
+                # paces the run, and a client that stops reading is dropped by
+                # the send watchdog.
+                await relay.send(entry, wire)
 
         async def execute() -> AgentRunResult:
             await _journal(
                 hosted,
                 {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input},
             )
-            return await run_turn()
+            if relay is None:
+                return await run_turn()
+            # The relay's sender lives as long as the turn: every run/event has
+            # gone (or been dropped with the connection) before the answer.
+            with unwrap_single_error():
+                async with anyio.create_task_group() as group:
+                    group.start_soon(relay.run)
+                    try:
+                        result = await run_turn()
+                    finally:
+                        relay.close()
+            return result
 
         async def run_turn() -> AgentRunResult:
             if isinstance(prepared, PreparedPrompt):
