@@ -12,6 +12,11 @@
     * diagnostic: the same daemon's ``/acp/chunks`` read with ``websockets``
       straight on its unix socket (the facade without the shim).
 
+    * with ``--shim-from CHECKOUT``, also through the facade with the shim of
+      another checkout of ``oma_bridge`` (``PYTHONPATH=CHECKOUT``): the shim
+      before D24 offers ``acp.v1`` alone and reads one message per frame,
+      against the same daemon, in the same rounds.
+
     Each contender keeps its process and session across rounds; the rounds
     alternate (A, B, C, A, ...).  Target: the facade >= 0.7x the baseline.
 
@@ -22,7 +27,7 @@
 
 The daemon is a subprocess (``oma-bridge serve``) with private XDG folders.
 Run: ``.venv/bin/python bench/bench_acp_facade.py [--chunks 20000] [--rounds 7]
-[--starts 21] [--no-persist]``
+[--starts 21] [--no-persist] [--shim-from CHECKOUT]``
 """
 
 from __future__ import annotations
@@ -250,7 +255,9 @@ def cpu_seconds(pid: int | None) -> float:
     return float(times.user + times.system)
 
 
-async def throughput(found: Daemon, chunks: int, rounds: int) -> list[list[object]]:
+async def throughput(
+    found: Daemon, chunks: int, rounds: int, shim_from: Path | None = None
+) -> list[list[object]]:
     work = found.folder / "work"
     readers: list[Any] = [
         StdioReader(
@@ -271,6 +278,17 @@ async def throughput(found: Daemon, chunks: int, rounds: int) -> list[list[objec
             "/acp/chunks",
         ),
     ]
+    if shim_from is not None:
+        readers.append(
+            StdioReader(
+                f"facade, the shim of {shim_from}",
+                [sys.executable, "-m", "oma_bridge.cli", "acp", "chunks"],
+                {**found.env, "PYTHONPATH": str(shim_from)},
+                work,
+            )
+        )
+    # The readers whose process is a shim, whose CPU is measured too.
+    shims = {1, 3}
     samples: list[list[float]] = [[] for _ in readers]
     # CPU microseconds per chunk: of the daemon, and of the shim (its own process).
     daemon_cpu: list[list[float]] = [[] for _ in readers]
@@ -282,7 +300,7 @@ async def throughput(found: Daemon, chunks: int, rounds: int) -> list[list[objec
             await reader.turn(chunks)  # warm-up: the agent started, the JIT warm
         for _ in range(rounds):
             for index, reader in enumerate(readers):
-                shim = reader.process.pid if index == 1 else None
+                shim = reader.process.pid if index in shims else None
                 before = cpu_seconds(found.process.pid), cpu_seconds(shim)
                 samples[index].append(chunks / await reader.turn(chunks))
                 after = cpu_seconds(found.process.pid), cpu_seconds(shim)
@@ -304,7 +322,7 @@ async def throughput(found: Daemon, chunks: int, rounds: int) -> list[list[objec
                 f"{max(samples[index]):,.0f}",
                 f"{median / base:.2f}x",
                 f"{daemon_us:.1f}" if index else "-",
-                f"{shim_us:.1f}" if index == 1 else "-",
+                f"{shim_us:.1f}" if index in shims else "-",
             ]
         )
     return rows
@@ -388,12 +406,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--starts", type=int, default=21)
     parser.add_argument("--no-persist", action="store_true", help="persist_sessions = false")
+    parser.add_argument(
+        "--shim-from",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also relay through the shim of this checkout of oma_bridge (PYTHONPATH)",
+    )
     args = parser.parse_args()
     print(machine())
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     sdk = sdk_dir()
     with daemon(sdk, persist=not args.no_persist) as found:
-        rows = asyncio.run(throughput(found, args.chunks, args.rounds))
+        rows = asyncio.run(throughput(found, args.chunks, args.rounds, args.shim_from))
         print(f"\n(a) {args.chunks:,}-chunk turns, median of {args.rounds} interleaved rounds")
         headers = ["contender", "median chunks/s", "best chunks/s", "ratio"]
         print_table([*headers, "daemon CPU µs/chunk", "shim CPU µs/chunk"], rows)
