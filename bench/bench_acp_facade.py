@@ -12,6 +12,12 @@
     * diagnostic: the same daemon's ``/acp/chunks`` read with ``websockets``
       straight on its unix socket (the facade without the shim).
 
+    * with ``--before CHECKOUT`` (another checkout of ``oma_bridge``, run with
+      ``PYTHONPATH=CHECKOUT``), two more in the same rounds: the same daemon
+      through CHECKOUT's shim (before D24 a shim offers ``acp.v1`` alone and
+      reads one message per frame), and a second daemon of CHECKOUT through
+      CHECKOUT's shim (everything as it was).
+
     Each contender keeps its process and session across rounds; the rounds
     alternate (A, B, C, A, ...).  Target: the facade >= 0.7x the baseline.
 
@@ -22,7 +28,7 @@
 
 The daemon is a subprocess (``oma-bridge serve``) with private XDG folders.
 Run: ``.venv/bin/python bench/bench_acp_facade.py [--chunks 20000] [--rounds 7]
-[--starts 21] [--no-persist]``
+[--starts 21] [--no-persist] [--before CHECKOUT]``
 """
 
 from __future__ import annotations
@@ -86,7 +92,8 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def daemon(sdk: Path, *, persist: bool) -> Iterator[Daemon]:
+def daemon(sdk: Path, *, persist: bool, code: Path | None = None) -> Iterator[Daemon]:
+    """A daemon of this checkout, or of ``code`` (another checkout's root, by ``PYTHONPATH``)."""
     folder = Path(tempfile.mkdtemp(prefix="omabf-", dir="/tmp"))
     runtime = folder / "run"
     runtime.mkdir(mode=0o700)
@@ -99,6 +106,8 @@ def daemon(sdk: Path, *, persist: bool) -> Iterator[Daemon]:
         "XDG_CONFIG_HOME": str(folder / "config"),
         "OMA_ACP_TS_SDK_DIR": str(sdk),
     }
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     config = folder / "bridge.toml"
     config.write_text(
         f'[server]\nsocket = "auto"\nworkspace_roots = ["{work}"]\n'
@@ -250,7 +259,9 @@ def cpu_seconds(pid: int | None) -> float:
     return float(times.user + times.system)
 
 
-async def throughput(found: Daemon, chunks: int, rounds: int) -> list[list[object]]:
+async def throughput(
+    found: Daemon, chunks: int, rounds: int, old: tuple[Path, Daemon] | None = None
+) -> list[list[object]]:
     work = found.folder / "work"
     readers: list[Any] = [
         StdioReader(
@@ -271,6 +282,20 @@ async def throughput(found: Daemon, chunks: int, rounds: int) -> list[list[objec
             "/acp/chunks",
         ),
     ]
+    # Each reader's daemon, and the readers whose process is a shim (its CPU measured too).
+    daemons = [found, found, found]
+    shims = {1}
+    if old is not None:
+        code, old_daemon = old
+        old_shim = [sys.executable, "-m", "oma_bridge.cli", "acp", "chunks"]
+        old_env = {**found.env, "PYTHONPATH": str(code)}
+        old_work = old_daemon.folder / "work"
+        readers += [
+            StdioReader("facade, the shim of --before", old_shim, old_env, work),
+            StdioReader("facade, daemon and shim of --before", old_shim, old_daemon.env, old_work),
+        ]
+        daemons += [found, old_daemon]
+        shims |= {3, 4}
     samples: list[list[float]] = [[] for _ in readers]
     # CPU microseconds per chunk: of the daemon, and of the shim (its own process).
     daemon_cpu: list[list[float]] = [[] for _ in readers]
@@ -278,14 +303,15 @@ async def throughput(found: Daemon, chunks: int, rounds: int) -> list[list[objec
     try:
         for reader in readers:
             await reader.open()
-            await reader.start(work)
+            await reader.start(daemons[readers.index(reader)].folder / "work")
             await reader.turn(chunks)  # warm-up: the agent started, the JIT warm
         for _ in range(rounds):
             for index, reader in enumerate(readers):
-                shim = reader.process.pid if index == 1 else None
-                before = cpu_seconds(found.process.pid), cpu_seconds(shim)
+                shim = reader.process.pid if index in shims else None
+                pid = daemons[index].process.pid
+                before = cpu_seconds(pid), cpu_seconds(shim)
                 samples[index].append(chunks / await reader.turn(chunks))
-                after = cpu_seconds(found.process.pid), cpu_seconds(shim)
+                after = cpu_seconds(pid), cpu_seconds(shim)
                 daemon_cpu[index].append((after[0] - before[0]) / chunks * 1e6)
                 shim_cpu[index].append((after[1] - before[1]) / chunks * 1e6)
     finally:
@@ -304,7 +330,7 @@ async def throughput(found: Daemon, chunks: int, rounds: int) -> list[list[objec
                 f"{max(samples[index]):,.0f}",
                 f"{median / base:.2f}x",
                 f"{daemon_us:.1f}" if index else "-",
-                f"{shim_us:.1f}" if index == 1 else "-",
+                f"{shim_us:.1f}" if index in shims else "-",
             ]
         )
     return rows
@@ -388,12 +414,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--starts", type=int, default=21)
     parser.add_argument("--no-persist", action="store_true", help="persist_sessions = false")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also relay through this checkout's shim, and its daemon and shim (PYTHONPATH)",
+    )
     args = parser.parse_args()
     print(machine())
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     sdk = sdk_dir()
-    with daemon(sdk, persist=not args.no_persist) as found:
-        rows = asyncio.run(throughput(found, args.chunks, args.rounds))
+    persist = not args.no_persist
+    with contextlib.ExitStack() as stack:
+        found = stack.enter_context(daemon(sdk, persist=persist))
+        old = None
+        if args.before is not None:
+            old = (args.before, stack.enter_context(daemon(sdk, persist=persist, code=args.before)))
+        rows = asyncio.run(throughput(found, args.chunks, args.rounds, old))
         print(f"\n(a) {args.chunks:,}-chunk turns, median of {args.rounds} interleaved rounds")
         headers = ["contender", "median chunks/s", "best chunks/s", "ratio"]
         print_table([*headers, "daemon CPU µs/chunk", "shim CPU µs/chunk"], rows)

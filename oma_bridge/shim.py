@@ -7,6 +7,13 @@ websocket frame as soon as it arrives, and each frame is written to stdout
 as one line, flushed: nothing is buffered that a turn could feel.  stdout
 carries ACP only; every diagnostic goes to stderr.
 
+The shim offers ``oma-bridge.acp-lines`` before ``acp.v1``: a daemon that
+selects it may put several messages in one frame, each followed by ``\n``
+(D24, :mod:`oma_bridge.wire.acp_lines`), and such a frame is written as it
+came, its lines in one write.  It is the daemon that joins, and only
+messages that were waiting anyway; a daemon that selects ``acp.v1`` sends
+one message per frame, and each gets its newline here.
+
 The daemon is found through its discovery file (or ``--url``).  When none
 answers, the shim starts one (``oma-bridge serve``, in a session of its own,
 logging to ``<state>/daemon.log``) and waits for it, unless
@@ -38,6 +45,7 @@ from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir, default_state_dir
+from oma_bridge.wire.acp_lines import ACP_LINES_SUBPROTOCOL
 
 __all__ = ["main"]
 
@@ -48,6 +56,7 @@ _MAX_LINE = 64 * 1024 * 1024
 #: After stdin ends, how long answers to requests already sent may still come.
 _EOF_GRACE_S = 2.0
 _NOTIFICATION_PREFIX = b'{"jsonrpc":"2.0","method":'
+_NEXT_NOTIFICATION = b"\n" + _NOTIFICATION_PREFIX
 
 
 class Unreachable(Exception):
@@ -84,7 +93,8 @@ async def _open(
         "compression": None,
         "max_size": None,
         "open_timeout": 10,
-        "subprotocols": ["acp.v1"],
+        # acp-lines first: the daemon selects the first it knows (D24).
+        "subprotocols": [ACP_LINES_SUBPROTOCOL, "acp.v1"],
     }
     try:
         if url is not None:
@@ -242,9 +252,13 @@ class _Stdout:
         self._broken: BrokenPipeError | None = None
 
     def write(self, line: bytes) -> None:
+        self.write_lines(line + b"\n")
+
+    def write_lines(self, lines: bytes) -> None:
+        """Write ``lines`` (each already followed by its newline) as they are."""
         if self._broken is not None:
             raise self._broken
-        self._out.write(line + b"\n")
+        self._out.write(lines)
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush)
@@ -306,6 +320,24 @@ class _Pending:
         # the bulk of the frames (a turn's updates) are told apart unparsed.
         if not self.ids or frame.startswith(_NOTIFICATION_PREFIX):
             return
+        self._answered(frame)
+
+    def received_lines(self, frame: bytes) -> None:
+        """:meth:`received` for a frame of newline-terminated messages (D24)."""
+        if not self.ids:
+            return
+        # Every line a notification (each after the first follows a newline),
+        # told in two passes of C over the frame rather than a loop per line.
+        if (
+            frame.startswith(_NOTIFICATION_PREFIX)
+            and frame.count(_NEXT_NOTIFICATION) == frame.count(b"\n") - 1
+        ):
+            return
+        for line in frame.split(b"\n"):
+            if line and not line.startswith(_NOTIFICATION_PREFIX):
+                self._answered(line)
+
+    def _answered(self, frame: bytes) -> None:
         with contextlib.suppress(ValueError):
             message = json.loads(frame)
             if isinstance(message, dict) and "method" not in message and "id" in message:
@@ -341,13 +373,18 @@ async def _relay(ws: ClientConnection) -> int:
 
     async def downstream(up: asyncio.Task[None]) -> None:
         out = _Stdout()
+        # Frames of whole lines (D24) are written as they came; an acp.v1
+        # frame is one message, which gets its newline.
+        lines = ws.subprotocol == ACP_LINES_SUBPROTOCOL
+        received = pending.received_lines if lines else pending.received
+        write = out.write_lines if lines else out.write
         try:
             while True:
                 # The frame's bytes as they came (the daemon's UTF-8 JSON),
                 # without a decode and an encode back per line.
                 frame = await ws.recv(decode=False)
-                pending.received(frame)
-                out.write(frame)
+                received(frame)
+                write(frame)
         except ConnectionClosed:
             out.flush()
         except BrokenPipeError:  # the client stopped reading our stdout: it is gone

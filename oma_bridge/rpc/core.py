@@ -99,9 +99,13 @@ EventKind: TypeAlias = Literal[
 ]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each of its nine fields through
+# object.__setattr__, 2.4 us an Event against 0.7 here, and one is made for
+# every message a peer reads (an ACP agent's every chunk: docs/benchmarks.md,
+# "ACP facade").  Read-only by convention: nothing assigns to an Event.
+@dataclass(slots=True)
 class Event:
-    """Something that arrived, classified for the connection's owner."""
+    """Something that arrived, classified for the connection's owner (read-only)."""
 
     kind: EventKind
     id: RequestId = None

@@ -54,6 +54,7 @@ from websockets.headers import parse_subprotocol
 from oma_bridge.server.config import ServerConfig, ServerSection
 from oma_bridge.server.private_file import open_private_file
 from oma_bridge.server.ui import UI_PATH, page
+from oma_bridge.wire.acp_lines import ACP_LINES_SUBPROTOCOL
 from oma_bridge.wire.codes import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL
 
 __all__ = [
@@ -152,10 +153,18 @@ ACP_SUBPROTOCOL = "acp.v1"
 def select_subprotocol(offered: list[str] | tuple[str, ...], path: str = "/") -> str | None:
     """The protocol's own name when offered (``acp.v1`` on ``/acp``), else none.
 
-    The auth entry (``oma-bridge.auth.<token>``) is never selected, so the
-    token is never echoed.
+    On ``/acp``, the shim's ``oma-bridge.acp-lines`` comes first when offered:
+    frames of several messages on that connection only (D24); a client that
+    offers ``acp.v1`` alone gets ``acp.v1``'s one message per frame.  The
+    auth entry (``oma-bridge.auth.<token>``) is never selected, so the token
+    is never echoed.
     """
-    wanted = ACP_SUBPROTOCOL if acp_target(path) is not None else SUBPROTOCOL
+    if acp_target(path) is not None:
+        if ACP_LINES_SUBPROTOCOL in offered:
+            return ACP_LINES_SUBPROTOCOL
+        wanted = ACP_SUBPROTOCOL
+    else:
+        wanted = SUBPROTOCOL
     return wanted if wanted in offered else None
 
 

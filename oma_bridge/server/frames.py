@@ -10,7 +10,13 @@ together at its end; a notification sent while its connection streams
 so a busy stream costs one write per millisecond instead of one per event,
 and an idle connection adds no latency.  Every frame is still one JSON-RPC
 message (docs/contract.md §1): only the transport writes are fewer
-(docs/decisions.md D18).
+(docs/decisions.md D18).  The one exception is a connection that negotiated
+the shim's ``oma-bridge.acp-lines`` (D24, :mod:`oma_bridge.wire.acp_lines`):
+there the messages that go out in one write are joined into as few frames
+as :data:`~oma_bridge.wire.acp_lines.ACP_LINES_FRAME_MAX` allows, each
+message followed by ``\n``, so the shim parses one frame where it parsed
+one per message.  Only what waits already is joined: an idle connection's
+message still leaves alone at the end of its tick.
 
 Only a :class:`FrameConnection` queues (the daemon's listeners create
 them): before websockets writes anything of its own (a close, a pong, a
@@ -30,6 +36,8 @@ import time
 
 from websockets.asyncio.server import ServerConnection
 from websockets.protocol import State
+
+from oma_bridge.wire.acp_lines import ACP_LINES_FRAME_MAX, ACP_LINES_SUBPROTOCOL
 
 __all__ = ["HOLD_S", "FrameConnection", "FrameWriter"]
 
@@ -69,6 +77,8 @@ class FrameWriter:
         # off) a server's text frame is a header and the payload as it is, built
         # here in a fraction of what the protocol's framing costs.
         self._queues = isinstance(ws, FrameConnection) and not ws.protocol.extensions
+        #: Frames of newline-terminated messages (D24): the shim's connection.
+        self._lines = ws.subprotocol == ACP_LINES_SUBPROTOCOL
         if isinstance(ws, FrameConnection):
             ws.writer = self
 
@@ -84,7 +94,7 @@ class FrameWriter:
         self.flush()
         self.blocked_since = time.monotonic()
         try:
-            await self._ws.send(data, text=True)
+            await self._ws.send(data + b"\n" if self._lines else data, text=True)
         finally:
             self.blocked_since = None
 
@@ -149,10 +159,30 @@ class FrameWriter:
         if transport.is_closing():
             return
         parts: list[bytes] = []
-        for data in queue:
-            parts += (_text_frame_header(len(data)), data)
+        if self._lines:
+            _join_lines(queue, parts)
+        else:
+            for data in queue:
+                parts += (_text_frame_header(len(data)), data)
         transport.write(b"".join(parts))
         self._written_at = self._loop.time()
+
+
+def _join_lines(queue: list[bytes], parts: list[bytes]) -> None:
+    """Append to ``parts`` the frames of ``queue``'s messages, in order, each followed by ``\n``.
+
+    As few frames as :data:`ACP_LINES_FRAME_MAX` allows; a message is never
+    split (one larger than that goes alone).
+    """
+    start = 0
+    size = 0
+    for index, data in enumerate(queue):
+        length = len(data) + 1
+        if size and size + length > ACP_LINES_FRAME_MAX:
+            parts += (_text_frame_header(size), b"\n".join(queue[start:index]), b"\n")
+            start, size = index, 0
+        size += length
+    parts += (_text_frame_header(size), b"\n".join(queue[start:]), b"\n")
 
 
 def _text_frame_header(length: int) -> bytes:

@@ -20,9 +20,12 @@ from websockets.asyncio.client import unix_connect
 from websockets.asyncio.server import ServerConnection, unix_serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode, Frame, Opcode
+from websockets.typing import Subprotocol
 
 from oma_bridge.server import MethodRegistry, Session
+from oma_bridge.server import frames as frames_module
 from oma_bridge.server.frames import FrameConnection, FrameWriter, _text_frame_header
+from oma_bridge.wire.acp_lines import ACP_LINES_SUBPROTOCOL
 
 from .helpers import initialize, make_config, running_daemon
 
@@ -96,3 +99,87 @@ async def test_frames_held_when_the_close_begins_go_out_before_it(short_dir: Pat
                 seen.append(orjson.loads(await ws.recv())["k"])
         assert seen == list(range(200))
         assert ws.close_code == CloseCode.NORMAL_CLOSURE
+
+
+# ------------------------------------------------ the shim's acp-lines frames (D24)
+
+
+async def _lines_burst(short_dir: Path, count: int, text_of: Any) -> list[bytes]:
+    """The frames a client of ``oma-bridge.acp-lines`` reads for a burst of ``count`` messages.
+
+    The first message goes alone (the connection is idle), then the burst is
+    sent without waiting, as the facade hands a turn's updates over; the
+    last frame is the answer.
+    """
+
+    async def handler(ws: ServerConnection) -> None:
+        writer = FrameWriter(ws)
+        await writer.send(b'{"k":-1}', hold=True)
+        await anyio.lowlevel.checkpoint()  # that frame is written: the connection streams
+        for k in range(count):
+            await writer.send(orjson.dumps({"k": k, "text": text_of(k)}), hold=True)
+        await writer.send(b'{"id":1,"result":{}}')
+        await ws.wait_closed()
+
+    path = str(short_dir / "l.sock")
+    frames: list[bytes] = []
+    async with (
+        unix_serve(
+            handler,
+            path,
+            create_connection=FrameConnection,
+            compression=None,
+            subprotocols=[Subprotocol(ACP_LINES_SUBPROTOCOL)],
+        ),
+        unix_connect(
+            path,
+            compression=None,
+            max_size=None,
+            subprotocols=[Subprotocol(ACP_LINES_SUBPROTOCOL), Subprotocol("acp.v1")],
+        ) as ws,
+    ):
+        assert ws.subprotocol == ACP_LINES_SUBPROTOCOL
+        with anyio.fail_after(20):
+            while not (frames and frames[-1].endswith(b'{"id":1,"result":{}}\n')):
+                frame = await ws.recv(decode=False)
+                frames.append(frame)
+    return frames
+
+
+def _messages(frames: list[bytes]) -> list[Any]:
+    messages = []
+    for frame in frames:
+        assert frame.endswith(b"\n"), frame[-80:]
+        lines = frame.split(b"\n")
+        assert lines.pop() == b""
+        messages += [orjson.loads(line) for line in lines]  # whole messages, one a line
+    return messages
+
+
+async def test_acp_lines_join_what_waits_in_order_never_splitting_one(short_dir: Path) -> None:
+    def text_of(k: int) -> str:
+        return BIG if k % 500 == 7 else f"n{k}\n"  # an escaped newline inside a message
+
+    frames = await _lines_burst(short_dir, 3_000, text_of)
+    messages = _messages(frames)
+    assert messages[0] == {"k": -1}
+    assert messages[1:-1] == [{"k": k, "text": text_of(k)} for k in range(3_000)]
+    assert messages[-1] == {"id": 1, "result": {}}
+    assert frames[0] == b'{"k":-1}\n'  # an idle connection's message leaves alone
+    assert len(frames) < len(messages) / 10  # what waited was joined
+
+
+async def test_acp_lines_frames_stay_under_the_bound(
+    short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(frames_module, "ACP_LINES_FRAME_MAX", 200)
+
+    def text_of(k: int) -> str:
+        return "z" * 300 if k % 50 == 3 else f"n{k}"  # some larger than the bound alone
+
+    frames = await _lines_burst(short_dir, 1_000, text_of)
+    messages = _messages(frames)
+    assert messages[1:-1] == [{"k": k, "text": text_of(k)} for k in range(1_000)]
+    for frame in frames:
+        assert len(frame) <= 200 or frame.count(b"\n") == 1, frame
+    assert any(frame.count(b"\n") > 1 for frame in frames)
