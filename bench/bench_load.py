@@ -6,16 +6,25 @@ and state folders its own) serves ``echo`` (the offline LLM provider) and
 ``websockets`` clients (``orjson``, one request at a time each, so the
 bench's own work per frame stays small):
 
-1. **idle**: a probe connection measures ``daemon/status`` round trips, one
-   every 20 ms, before any load;
+1. **idle**: a probe measures ``daemon/status`` round trips, one every
+   50 ms, before any load;
 2. **load** (``--duration`` seconds, 60 by default): ``--streamers`` clients
    (200) connect at once and each runs ``agent/stream`` of a 200-word prompt
    in a loop, counting the ``run/event`` notifications; ``--catters``
-   clients (20) run ``agent/run`` of a ``cat`` agent in a loop; the probe
-   goes on measuring.  Every run must succeed with its prompt as output;
+   clients (20) run ``agent/run`` of a ``cat`` agent in a loop; a new probe
+   measures throughout.  Every run must succeed with its prompt as output;
 3. **idle connections**: ``--idle`` connections (1,000) connect and
    ``initialize``, and stay; the daemon's RSS before and after gives the
    memory per connection.
+
+The probe is a process of its own (``bench/_status_probe.py``: one
+connection, ``initialize``, then one ``daemon/status`` at a time, its round
+trips reported as JSON at the end), as a status client is (``oma-bridge
+status``, an editor, the status page).  Until 2026-12-01 14:38 UTC
+(docs/benchmarks.md, "Load") the probe ran in this process's event loop,
+beside the 220 load clients, so its round trips also counted its wait
+behind their frames in that loop; ``--in-loop-probe`` measures that way
+too, in the same run, for comparison.
 
 The daemon's RSS and CPU are sampled every second (psutil).  Verdicts:
 p99 of the status round trip under load at most 10x the idle p99; no
@@ -30,7 +39,7 @@ after the warm-up; ``--profile FILE`` runs the daemon under cProfile and
 prints where its time went.
 
 Run: ``.venv/bin/python bench/bench_load.py [--duration 60] [--streamers 200]
-[--catters 20] [--idle 1000] [--profile FILE]``
+[--catters 20] [--idle 1000] [--profile FILE] [--in-loop-probe]``
 """
 
 from __future__ import annotations
@@ -242,7 +251,7 @@ async def probe_process(d: Daemon) -> AsyncIterator[list[float]]:
 async def probe(d: Daemon, stop: asyncio.Event, samples: list[float]) -> None:
     """``daemon/status`` round trips on one connection of the bench's own loop.
 
-    The method of the runs before 2026-12-01 14:00 UTC (``--in-loop-probe``
+    The method of the runs until 2026-12-01, 14:38 UTC (``--in-loop-probe``
     shows it beside the probe process): its round trips include the wait
     behind the load clients' frames in this loop.
     """
