@@ -6,16 +6,25 @@ and state folders its own) serves ``echo`` (the offline LLM provider) and
 ``websockets`` clients (``orjson``, one request at a time each, so the
 bench's own work per frame stays small):
 
-1. **idle**: a probe connection measures ``daemon/status`` round trips, one
-   every 20 ms, before any load;
+1. **idle**: a probe measures ``daemon/status`` round trips, one every
+   50 ms, before any load;
 2. **load** (``--duration`` seconds, 60 by default): ``--streamers`` clients
    (200) connect at once and each runs ``agent/stream`` of a 200-word prompt
    in a loop, counting the ``run/event`` notifications; ``--catters``
-   clients (20) run ``agent/run`` of a ``cat`` agent in a loop; the probe
-   goes on measuring.  Every run must succeed with its prompt as output;
+   clients (20) run ``agent/run`` of a ``cat`` agent in a loop; a new probe
+   measures throughout.  Every run must succeed with its prompt as output;
 3. **idle connections**: ``--idle`` connections (1,000) connect and
    ``initialize``, and stay; the daemon's RSS before and after gives the
    memory per connection.
+
+The probe is a process of its own (``bench/_status_probe.py``: one
+connection, ``initialize``, then one ``daemon/status`` at a time, its round
+trips reported as JSON at the end), as a status client is (``oma-bridge
+status``, an editor, the status page).  Until 2026-12-01 14:38 UTC
+(docs/benchmarks.md, "Load") the probe ran in this process's event loop,
+beside the 220 load clients, so its round trips also counted its wait
+behind their frames in that loop; ``--in-loop-probe`` measures that way
+too, in the same run, for comparison.
 
 The daemon's RSS and CPU are sampled every second (psutil).  Verdicts:
 p99 of the status round trip under load at most 10x the idle p99; no
@@ -30,7 +39,7 @@ after the warm-up; ``--profile FILE`` runs the daemon under cProfile and
 prints where its time went.
 
 Run: ``.venv/bin/python bench/bench_load.py [--duration 60] [--streamers 200]
-[--catters 20] [--idle 1000] [--profile FILE]``
+[--catters 20] [--idle 1000] [--profile FILE] [--in-loop-probe]``
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ PY = sys.executable
 WORDS = " ".join(f"word{i}" for i in range(200))
 CAT_PROMPT = ("0123456789abcdef" * 64)[:1024]
 PROBE_EVERY_S = 0.05
+PROBE_SCRIPT = Path(__file__).with_name("_status_probe.py")
 SAMPLE_EVERY_S = 1.0
 
 CONFIG = """
@@ -201,8 +211,50 @@ async def run_loop(
         tally.fail(f"{type(error).__name__}: {error}")
 
 
+@contextlib.asynccontextmanager
+async def probe_process(d: Daemon) -> AsyncIterator[list[float]]:
+    """``daemon/status`` round trips measured by ``_status_probe.py``, a process of its own.
+
+    Measuring from when it said ``ready`` (connected, initialized) until the
+    block ends; the list is filled when the block ends (its stdin closed).
+    """
+    child = await asyncio.create_subprocess_exec(
+        PY,
+        str(PROBE_SCRIPT),
+        d.socket,
+        d.token,
+        str(PROBE_EVERY_S),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    samples: list[float] = []
+    try:
+        ready = await child.stdout.readline()
+        if ready != b"ready\n":
+            raise SystemExit(f"the status probe did not start: {ready!r}")
+        yield samples
+        child.stdin.close()
+        line = await child.stdout.readline()
+        samples.extend(orjson.loads(line)["samples"])
+    finally:
+        if child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.stdin.close()
+            try:
+                await asyncio.wait_for(child.wait(), 10)
+            except TimeoutError:
+                child.kill()
+                await child.wait()
+
+
 async def probe(d: Daemon, stop: asyncio.Event, samples: list[float]) -> None:
-    """``daemon/status`` round trips on one connection, one every PROBE_EVERY_S."""
+    """``daemon/status`` round trips on one connection of the bench's own loop.
+
+    The method of the runs until 2026-12-01, 14:38 UTC (``--in-loop-probe``
+    shows it beside the probe process): its round trips include the wait
+    behind the load clients' frames in this loop.
+    """
     async with connected(d, "probe") as client:
         while not stop.is_set():
             start = time.perf_counter()
@@ -261,37 +313,42 @@ async def main(args: argparse.Namespace) -> None:
         folder = Path(name)
         with daemon(folder, connections, runs, args.profile) as d:
             stop_probe, stop_sampling = asyncio.Event(), asyncio.Event()
-            idle_rtt: list[float] = []
-            probing = asyncio.create_task(probe(d, stop_probe, idle_rtt))
-            await asyncio.sleep(args.idle_probe_s)
-            stop_probe.set()
-            await probing
+            idle_loop_rtt: list[float] = []
+            async with probe_process(d) as idle_rtt:
+                if args.in_loop_probe:
+                    probing = asyncio.create_task(probe(d, stop_probe, idle_loop_rtt))
+                await asyncio.sleep(args.idle_probe_s)
+                if args.in_loop_probe:
+                    stop_probe.set()
+                    await probing
 
             stop_probe = asyncio.Event()
-            load_rtt: list[float] = []
+            load_loop_rtt: list[float] = []
             rss: list[int] = []
             cpu: list[float] = []
             streams, cats = Tally(), Tally()
             me = psutil.Process()
             my_cpu_before = sum(me.cpu_times()[:2])
-            started = time.monotonic()
-            until = started + args.duration
-            sampling = asyncio.create_task(sample_daemon(d, stop_sampling, rss, cpu))
-            probing = asyncio.create_task(probe(d, stop_probe, load_rtt))
-            await asyncio.gather(
-                *(
-                    run_loop(d, "echo", "agent/stream", WORDS, until, streams)
-                    for _ in range(args.streamers)
-                ),
-                *(
-                    run_loop(d, "catter", "agent/run", CAT_PROMPT, until, cats)
-                    for _ in range(args.catters)
-                ),
-            )
-            elapsed = time.monotonic() - started
-            stop_probe.set()
-            stop_sampling.set()
-            await asyncio.gather(probing, sampling)
+            async with probe_process(d) as load_rtt:
+                started = time.monotonic()
+                until = started + args.duration
+                sampling = asyncio.create_task(sample_daemon(d, stop_sampling, rss, cpu))
+                if args.in_loop_probe:
+                    probing = asyncio.create_task(probe(d, stop_probe, load_loop_rtt))
+                await asyncio.gather(
+                    *(
+                        run_loop(d, "echo", "agent/stream", WORDS, until, streams)
+                        for _ in range(args.streamers)
+                    ),
+                    *(
+                        run_loop(d, "catter", "agent/run", CAT_PROMPT, until, cats)
+                        for _ in range(args.catters)
+                    ),
+                )
+                elapsed = time.monotonic() - started
+                stop_probe.set()
+                stop_sampling.set()
+                await asyncio.gather(sampling, *([probing] if args.in_loop_probe else []))
             my_cpu = sum(me.cpu_times()[:2]) - my_cpu_before
             before, after = await idle_connections(d, args.idle) if args.idle else (0.0, 0.0)
 
@@ -329,6 +386,20 @@ async def main(args: argparse.Namespace) -> None:
             f"idle {idle_p99 * 1e3:.2f} ms ({load_p99 / idle_p99:.1f}x)",
             "<= 10x: " + ("yes" if load_p99 <= 10 * idle_p99 else "NO"),
         ],
+        *(
+            [
+                [
+                    f"status round trip p{q}, probe in the bench's loop",
+                    f"{quantile(load_loop_rtt, q / 100) * 1e3:.2f} ms",
+                    f"idle {quantile(idle_loop_rtt, q / 100) * 1e3:.2f} ms "
+                    f"({quantile(load_loop_rtt, q / 100) / quantile(idle_loop_rtt, q / 100):.1f}x)",
+                    "(the method before)",
+                ]
+                for q in (50, 99)
+            ]
+            if args.in_loop_probe
+            else []
+        ),
         [
             "daemon RSS under load (min / median / max)",
             f"{min(rss) / 1e6:.1f} / {statistics.median(rss) / 1e6:.1f} / {max(rss) / 1e6:.1f} MB",
@@ -350,7 +421,13 @@ async def main(args: argparse.Namespace) -> None:
         )
     print_table(["measure", "value", "against", "target"], rows)
     print(
-        f"\n# probe samples: {len(idle_rtt)} idle, {len(load_rtt)} under load; "
+        f"\n# probe samples: {len(idle_rtt)} idle, {len(load_rtt)} under load"
+        + (
+            f" (in the bench's loop: {len(idle_loop_rtt)}, {len(load_loop_rtt)})"
+            if args.in_loop_probe
+            else ""
+        )
+        + "; "
         f"RSS samples: {len(rss)}"
     )
     for what in streams.failures + cats.failures:
@@ -368,4 +445,9 @@ if __name__ == "__main__":
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--idle-probe-s", type=float, default=6.0)
     parser.add_argument("--profile", type=Path, metavar="FILE")
+    parser.add_argument(
+        "--in-loop-probe",
+        action="store_true",
+        help="also measure with a probe in the bench's own loop (the method before)",
+    )
     asyncio.run(main(parser.parse_args()))

@@ -8,7 +8,10 @@ event (docs/benchmarks.md, "ACP relay, one message per write").
 together at its end; a notification sent while its connection streams
 (the last write is under :data:`HOLD_S` old) may wait that long for others,
 so a busy stream costs one write per millisecond instead of one per event,
-and an idle connection adds no latency.  Every frame is still one JSON-RPC
+and an idle connection adds no latency.  An answer (or a request) is
+written by its own send, with whatever was queued before it: a loaded
+daemon's iterations last milliseconds, and a request should not wait for
+one more (D23).  Every frame is still one JSON-RPC
 message (docs/contract.md §1): only the transport writes are fewer
 (docs/decisions.md D18).  The one exception is a connection that negotiated
 the shim's ``oma-bridge.acp-lines`` (D24, :mod:`oma_bridge.wire.acp_lines`):
@@ -86,10 +89,16 @@ class FrameWriter:
         """Send ``data`` (UTF-8 JSON) as one text frame, in order with every other.
 
         ``hold``: it is a notification, which may wait up to :data:`HOLD_S`
-        for others while the connection streams; anything else goes out at
-        the end of this tick (with whatever was held before it).
+        for others while the connection streams (or goes out at the end of
+        this tick); anything else goes out now, with whatever was queued
+        before it.
         """
         if self._queued(data, hold):
+            if not hold:
+                # An answer (or a request) goes out now, behind what was queued
+                # before it: waiting for the end of the tick costs a loaded
+                # daemon one more loop iteration per request (D23).
+                self.flush()
             return
         self.flush()
         self.blocked_since = time.monotonic()

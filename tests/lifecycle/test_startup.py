@@ -43,3 +43,27 @@ async def test_the_cli_exits_1_with_one_line(folder: Path) -> None:
     )
     assert "Traceback" not in done.stderr.decode()
     assert not (folder / "bridge.json").exists()
+
+
+def test_serve_collects_the_young_generations_less_often(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # D23: `oma-bridge serve` sets the daemon's thresholds before it loads the
+    # config; run in-process here (a start-up that fails), CPython's put back.
+    import gc
+
+    from oma_bridge.cli import main
+    from oma_bridge.server.daemon import GC_THRESHOLDS
+
+    (folder / "bridge.sock").write_text("not a socket")
+    config = folder / "bridge.toml"
+    config.write_text(f'[server]\nsocket = "{folder}/bridge.sock"\n')
+    monkeypatch.setenv("XDG_STATE_HOME", str(folder / "state"))
+    monkeypatch.setattr("oma_bridge.logs.configure_logging", lambda *_, **__: None)
+    before = gc.get_threshold()
+    try:
+        assert main(["serve", "--config", str(config)]) == 1
+        assert gc.get_threshold() == GC_THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
+    assert GC_THRESHOLDS[0] > before[0]  # fewer young collections than CPython's default

@@ -183,3 +183,32 @@ async def test_acp_lines_frames_stay_under_the_bound(
     for frame in frames:
         assert len(frame) <= 200 or frame.count(b"\n") == 1, frame
     assert any(frame.count(b"\n") > 1 for frame in frames)
+
+
+async def test_an_answer_leaves_when_it_is_sent_with_what_was_queued_before_it(
+    short_dir: Path,
+) -> None:
+    """D23: an answer is written by its own send, not at the end of the tick."""
+    queued: list[int] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        writer = FrameWriter(ws)
+        for k in range(3):
+            await writer.send(b'{"k":%d}' % k, hold=True)  # queued for the end of the tick
+        queued.append(len(writer._queue))
+        await writer.send(b'{"k":3}')  # an answer: out now, behind the three
+        queued.append(len(writer._queue))
+        await ws.close()
+
+    path = str(short_dir / "a.sock")
+    async with (
+        unix_serve(handler, path, create_connection=FrameConnection, compression=None),
+        unix_connect(path, compression=None) as ws,
+    ):
+        seen = []
+        with pytest.raises(ConnectionClosed), anyio.fail_after(10):
+            while True:
+                seen.append(orjson.loads(await ws.recv())["k"])
+    assert seen == [0, 1, 2, 3]
+    # The notifications were queued, and the answer's send wrote them and itself at once.
+    assert queued == [3, 0]

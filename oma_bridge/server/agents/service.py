@@ -58,6 +58,7 @@ from oma_bridge.server.agents.status import (
 )
 from oma_bridge.server.agents.store import PersistedSession, SessionStore
 from oma_bridge.server.agents.teams import TeamMethods
+from oma_bridge.server.agents.turnstile import Turnstile
 from oma_bridge.server.agents.watchers import Watcher, check_cursor
 from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
@@ -127,6 +128,8 @@ class AgentService:
         self.connections: Callable[[], int] = lambda: 0
         #: The daemon's task group: runs that continue after their connection.
         self.task_group: anyio.abc.TaskGroup | None = None
+        #: Every run's events pass it: a bounded share of each loop iteration (D23).
+        self.turnstile = Turnstile()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -410,6 +413,7 @@ class AgentService:
         journal = hosted.journal
         relay = CallerRelay(session, journal, run_id) if method == "agent/stream" else None
         joins = relay is not None and self.settings.join_text
+        turn = self.turnstile.turn
 
         async def emit(event: StreamEvent) -> None:
             wire = event.to_wire()
@@ -423,6 +427,10 @@ class AgentService:
                 and relay.join(wire["data"])
             ):
                 return
+            # Before an entry's work (a join above costs next to nothing): many
+            # streams' entries in one loop iteration would hold up every other
+            # connection's reads (D23).
+            await turn()
             if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
                 entry = await _journal(hosted, {"type": "update", "update": wire["data"]})
             elif raw is None:
