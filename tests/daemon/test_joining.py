@@ -54,6 +54,20 @@ def text_frames(wire: Wire, run_id: str) -> list[tuple[int, str]]:
     ]
 
 
+async def watched_texts(socket: Path, agent_id: str) -> list[tuple[int, str]]:
+    """The agent's journaled text entries as ``agent/watch`` from 0 delivers them."""
+    async with wire_client(socket) as watcher:
+        await watcher.result("agent/watch", {"agentId": agent_id, "afterSeq": 0})
+        await watcher.wait_for(
+            lambda w: any(n["entry"]["type"] == "run_end" for n in w.events("agent/event"))
+        )
+        return [
+            (note["seq"], note["entry"]["event"]["data"])
+            for note in watcher.events("agent/event")
+            if note["entry"]["type"] == "event" and note["entry"]["event"]["type"] == "text"
+        ]
+
+
 async def stream(wire: Wire, agent_id: str, held: HeldBack) -> tuple[str, str]:
     held.armed = True  # the stream's first frame holds the reader back
     answer = await wire.result("agent/stream", {"agentId": agent_id, "input": TEXT}, within=60)
@@ -87,16 +101,16 @@ async def test_a_backed_up_caller_gets_the_text_joined_and_every_reader_agrees(
         texts = text_frames(caller, run_id)
         seqs = [note["seq"] for note in caller.events("run/event") if note["runId"] == run_id]
         last = caller.events("run/event")[-1]["event"]
-        async with wire_client(socket) as watcher:
-            await watcher.result("agent/watch", {"agentId": agent_id, "afterSeq": 0})
-            await watcher.wait_for(
-                lambda w: any(n["entry"]["type"] == "run_end" for n in w.events("agent/event"))
-            )
-            journaled = [
-                (note["seq"], note["entry"]["event"]["data"])
-                for note in watcher.events("agent/event")
-                if note["entry"]["type"] == "event" and note["entry"]["event"]["type"] == "text"
-            ]
+        journaled = await watched_texts(socket, agent_id)
+    # The session file wrote each join as an append: the restarted daemon's
+    # journal, resumed from it, holds the same entries.
+    async with (
+        daemon(short_dir, server=BIG_JOURNAL, agents=ECHO),
+        wire_client(socket) as client,
+    ):
+        await client.result("agent/open", {"profile": "echo", "resume": agent_id})
+        restored = await watched_texts(socket, agent_id)
+    assert restored == journaled
     assert output == TEXT
     assert "".join(text for _seq, text in texts) == output  # §11.26: nothing lost or repeated
     assert len(texts) < WORDS  # joined while the socket was backed up
