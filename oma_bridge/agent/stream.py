@@ -17,6 +17,7 @@ import anyio.abc
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.messages import LLMMessage
 from oma_bridge.results import AgentRunResult, StreamEvent
+from oma_bridge.waiting import Signal
 
 if TYPE_CHECKING:
     from oma_bridge.agent.agent import Agent
@@ -86,14 +87,13 @@ class EventHandover:
     trips through the event loop per event, each with an async-library
     look-up, which cost a third of a one-message-per-write ACP relay
     (docs/benchmarks.md, "ACP relay, one message per write").  Here an event
-    is appended without a scheduling point while the buffer has room, taken
-    without one while events are ready, and a side waits on a loop future
-    only when it must (the consumer on an empty buffer, the producer on a
-    full one).  Cancellation still reaches a waiting side: a cancel scope
-    cancels the task, and with it the future it awaits.
+    is appended without a scheduling point while the buffer has room and
+    taken without one while events are ready; a side waits (on a
+    :class:`~oma_bridge.waiting.Signal`) only when it must: the consumer on
+    an empty buffer, the producer on a full one.
     """
 
-    __slots__ = ("_closed", "_events", "_limit", "_loop", "_waiter")
+    __slots__ = ("_changed", "_closed", "_events", "_limit")
 
     def __init__(self, limit: int) -> None:
         if limit < 0:
@@ -101,17 +101,16 @@ class EventHandover:
         self._limit = limit
         self._events: deque[StreamEvent] = deque()
         self._closed = False
-        # The one side waiting, if any: both never wait at once, since the
-        # consumer waits only on an empty buffer and the producer on a full one.
-        self._waiter: asyncio.Future[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # One signal serves both sides: the consumer waits only on an empty
+        # buffer and the producer only on a full one, never both at once.
+        self._changed = Signal()
 
     async def put(self, event: StreamEvent) -> None:
         """Hand ``event`` over; wait while more than ``limit`` are untaken."""
         self._events.append(event)
-        self._wake()
+        self._changed.notify()
         while len(self._events) > self._limit:
-            await self._wait()
+            await self._changed.wait()
 
     def close(self, *, discard: bool = False) -> None:
         """No more events: a waiting consumer ends once it has taken the rest
@@ -119,7 +118,7 @@ class EventHandover:
         self._closed = True
         if discard:
             self._events.clear()
-        self._wake()
+        self._changed.notify()
 
     async def get(self) -> StreamEvent:
         """The next event; :class:`anyio.EndOfStream` once closed and drained."""
@@ -127,27 +126,10 @@ class EventHandover:
         while not events:
             if self._closed:
                 raise anyio.EndOfStream
-            await self._wait()
+            await self._changed.wait()
         event = events.popleft()
-        if self._waiter is not None and len(events) <= self._limit:
-            self._wake()
+        self._changed.notify()  # room for a producer that waits
         return event
-
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def _wait(self) -> None:
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        try:
-            await waiter
-        finally:
-            if self._waiter is waiter:
-                self._waiter = None
 
 
 class RunStream:

@@ -35,6 +35,7 @@ from oma_bridge.rpc.core import (
     encode,
     id_key,
 )
+from oma_bridge.waiting import Signal
 
 __all__ = [
     "ConnectionClosedError",
@@ -180,7 +181,7 @@ class Peer:
         # costs no task lookup and no trip through the event loop, which an
         # anyio lock's owner bookkeeping costs on every frame of a stream.
         self._sending = False
-        self._send_done: anyio.Event | None = None
+        self._send_done = Signal()
         self._waiters: dict[IdKey, _Waiter] = {}
         self._handlers: dict[IdKey, anyio.CancelScope] = {}
         self._closed_error: BaseException | None = None
@@ -229,17 +230,13 @@ class Peer:
 
     async def _send(self, data: bytes, send_raw: Send) -> None:
         while self._sending:  # a send suspended mid-frame (a full write buffer): after it
-            if self._send_done is None:
-                self._send_done = anyio.Event()
             await self._send_done.wait()
         self._sending = True
         try:
             await send_raw(data)
         finally:
             self._sending = False
-            done, self._send_done = self._send_done, None
-            if done is not None:
-                done.set()
+            self._send_done.notify()
 
     async def notify(self, method: str, params: Any = None) -> None:
         await self._send(encode(self.core.notify(method, params)), self._send_notification)

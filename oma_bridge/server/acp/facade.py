@@ -41,11 +41,12 @@ from oma_bridge.rpc.core import (
     encode_notification,
 )
 from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason, updates_of
-from oma_bridge.server.agents.journal import Entry, Journal, Signal
+from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
+from oma_bridge.waiting import Signal
 from oma_bridge.wire.codes import forbidden
 from oma_bridge.wire.params import AgentOverrides, ClientInfo, InitializeParams, OpenParams
 

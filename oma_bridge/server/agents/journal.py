@@ -28,10 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import anyio
 import orjson
 
-__all__ = ["JOIN_MAX_BYTES", "Entry", "Follower", "Journal", "Signal"]
+__all__ = ["JOIN_MAX_BYTES", "Entry", "Follower", "Journal"]
 
 #: What an entry costs beyond its text, for the byte limit (keys, ids, framing).
 _ENTRY_OVERHEAD = 96
@@ -39,31 +38,6 @@ _ENTRY_OVERHEAD = 96
 #: of its own, so a reader that lags sees its backlog in entries (which the
 #: journal's retention and a paced run count), never in one unbounded entry.
 JOIN_MAX_BYTES = 64 * 1024
-
-
-class Signal:
-    """Wakes every task waiting on it; costs nothing when nobody waits.
-
-    The journal changes once per stream event: an :class:`anyio.Event` made
-    (and set) per change would cost more than the change itself, so one is
-    made only when a task starts waiting.
-    """
-
-    __slots__ = ("_event",)
-
-    def __init__(self) -> None:
-        self._event: anyio.Event | None = None
-
-    def notify(self) -> None:
-        event, self._event = self._event, None
-        if event is not None:
-            event.set()
-
-    async def wait(self) -> None:
-        """Return at the next :meth:`notify` (check the condition again: it may not hold)."""
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()
 
 
 @dataclass(eq=False, slots=True)

@@ -21,8 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from oma_bridge.rpc import encode_notification
-from oma_bridge.server.agents.journal import Entry, Journal, Signal
+from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.session import Session
+from oma_bridge.waiting import Signal
 
 __all__ = ["CallerRelay"]
 

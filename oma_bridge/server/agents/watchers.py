@@ -22,8 +22,9 @@ import anyio
 
 from oma_bridge.errors import WireError
 from oma_bridge.rpc import encode_notification
-from oma_bridge.server.agents.journal import Entry, Journal, Signal
+from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.session import Session
+from oma_bridge.waiting import Signal
 from oma_bridge.wire.codes import CURSOR_EXPIRED, invalid_params
 
 __all__ = ["Watcher", "check_cursor"]
