@@ -31,8 +31,10 @@ __all__ = ["CallerRelay"]
 class CallerRelay:
     """One stream's frames to the connection that started it; see the module docstring."""
 
-    def __init__(self, session: Session, journal: Journal, run_id: str) -> None:
+    def __init__(self, session: Session, journal: Journal, run_id: str, *, joins: bool) -> None:
+        """``joins``: ``[server] join_text``; off, every entry waits its turn unjoined."""
         self._session = session
+        self._joins = joins
         self._journal = journal
         self._run_id = run_id
         #: Journaled, not yet taken by the sender: later text may join it.
@@ -51,7 +53,11 @@ class CallerRelay:
     def join(self, text: str) -> bool:
         """Join a text event into the pending entry, if there is one and §13.1 allows."""
         pending = self._pending
-        return pending is not None and self._journal.join_text(pending, self._run_id, text)
+        return (
+            self._joins
+            and pending is not None
+            and self._journal.join_text(pending, self._run_id, text)
+        )
 
     async def send(self, entry: Entry, event: dict[str, Any]) -> None:
         """Send ``entry``, just journaled, as ``run/event`` of ``event``, after every one before."""

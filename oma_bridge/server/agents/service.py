@@ -411,16 +411,18 @@ class AgentService:
         permission = self.remote.permission_handler(session, hosted)
         hosted.use(session)
         journal = hosted.journal
-        relay = CallerRelay(session, journal, run_id) if method == "agent/stream" else None
-        joins = relay is not None and self.settings.join_text
+        relay = (
+            CallerRelay(session, journal, run_id, joins=self.settings.join_text)
+            if method == "agent/stream"
+            else None
+        )
         turn = self.turnstile.turn
 
         async def emit(event: StreamEvent) -> None:
             wire = event.to_wire()
             raw = event.acp_update
             if (
-                joins
-                and relay is not None
+                relay is not None
                 and raw is None
                 and wire["type"] == "text"
                 and not hosted.paced  # a join adds bytes no paced reader was waited for
