@@ -1,452 +1,48 @@
-"""An async Python client of the daemon's wire protocol (docs/contract.md).
-
-::
-
-    async with connect() as client:                 # finds the daemon by its discovery file
-        agent = await client.open("echo")
-        result = await agent.run("hello")
-        async for event in agent.stream("hello again"):
-            print(event.type, event.data)
-
-A daemon that is not local (docs/contract.md §17) is reached by its TCP listener::
-
-    async with connect(url="wss://bridge.example:7878/", token_file="token",
-                       ca_file="ca.pem") as client:   # ca_file: else the system's CAs
-        ...
-
-Team runs (docs/contract.md §15, docs/teams.md) name daemon profiles::
-
-        result = await client.run_tasks([
-            {"title": "Draft", "description": "Write it.", "assignee": "echo"},
-            {"title": "Count", "description": "Count it.", "assignee": "wordcount",
-             "dependsOn": ["Draft"]},
-        ])
-        async with client.team_run(["wordcount"], "echo", "Plan a note.") as run:
-            async for event in run.progress():
-                print(event["type"], event["agent"])
-            result = await run.result()
-
-Hooks and permission prompts are plain callables: ``client.open(profile,
-before_run=fn, after_run=fn)`` and ``connect(permission_handler=fn)``; the
-client answers the daemon's ``hook/*`` and ``permission/request`` requests
-with them.  JSON-RPC errors raise: ``-32010`` as
-:class:`~oma_bridge.errors.InvalidMessageError`, every other code as
-:class:`DaemonError` carrying ``code`` and ``data``.
-"""
+"""One connection to the daemon: :func:`connect` and the :class:`Client` it gives."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import ssl
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import orjson
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from oma_bridge._version import __version__
 from oma_bridge.callbacks import invoke
-from oma_bridge.errors import InvalidMessageError, WireError
-from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir
-from oma_bridge.results import AgentRunResult, StreamEvent, TokenUsage
-from oma_bridge.rpc import ConnectionClosedError, Peer, PendingCall, unwrap_single_error
-from oma_bridge.wire.codes import INVALID_MESSAGE, PROTOCOL_VERSION
+from oma_bridge.client.discovery import find_daemon
+from oma_bridge.client.errors import (
+    ConnectOptionError,
+    DaemonNotRunningError,
+    DaemonTLSError,
+    DaemonUnavailableError,
+    raise_for,
+)
+from oma_bridge.client.handles import JournalEntry, RemoteAgent, new_run_id
+from oma_bridge.client.teams import (
+    OnDisconnect,
+    RemoteTeamRun,
+    TaskLike,
+    TeamResult,
+    tasks_params,
+    team_params,
+)
+from oma_bridge.errors import WireError
+from oma_bridge.results import AgentRunResult, StreamEvent
+from oma_bridge.rpc import ConnectionClosedError, Peer, unwrap_single_error
+from oma_bridge.wire.codes import PROTOCOL_VERSION
 
 if TYPE_CHECKING:  # the backends package (and the messages it brings) is not for clients
     from oma_bridge.backends import ElicitationHandler, PermissionHandler
 
-__all__ = [
-    "Client",
-    "ConnectOptionError",
-    "DaemonError",
-    "DaemonNotRunningError",
-    "DaemonTLSError",
-    "DaemonUnavailableError",
-    "Discovery",
-    "JournalEntry",
-    "RemoteAgent",
-    "RemoteTeamRun",
-    "TeamResult",
-    "TeamTaskResult",
-    "client_ssl_context",
-    "connect",
-    "find_daemon",
-    "read_token_file",
-]
-
-
-class DaemonNotRunningError(RuntimeError):
-    """No daemon answers where the discovery file says (or there is none)."""
-
-
-class DaemonUnavailableError(DaemonNotRunningError):
-    """The daemon answered the connection with an HTTP error (a 503, say)."""
-
-
-class DaemonTLSError(DaemonNotRunningError):
-    """The TLS handshake with the daemon failed (most often: its certificate is not trusted)."""
-
-
-class ConnectOptionError(ValueError):
-    """Arguments of :func:`connect` that cannot work (an unreadable token or CA file, say)."""
-
-
-class DaemonError(WireError):
-    """A JSON-RPC error answer from the daemon (see docs/contract.md §7)."""
-
-
-@dataclass(frozen=True)
-class Discovery:
-    """The daemon's ``bridge.json``."""
-
-    pid: int
-    version: str
-    protocol_version: int
-    socket: str | None
-    url: str | None
-    token: str
-    path: Path
-
-
-def find_daemon(discovery_dir: Path | str | None = None) -> Discovery:
-    """Read the discovery file and check that its daemon is alive."""
-    folder = Path(discovery_dir) if discovery_dir is not None else default_runtime_dir()
-    path = folder / DISCOVERY_NAME
-    hint = "start one with `oma-bridge serve`"
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise DaemonNotRunningError(
-            f"no oma-bridge daemon is running (no discovery file at {path}); {hint}"
-        ) from None
-    except (OSError, orjson.JSONDecodeError) as error:
-        raise DaemonNotRunningError(f"cannot read the discovery file {path}: {error}") from None
-    try:
-        discovery = Discovery(
-            pid=int(data["pid"]),
-            version=str(data["version"]),
-            protocol_version=int(data["protocolVersion"]),
-            socket=data.get("socket"),
-            url=data.get("url"),
-            token=str(data["token"]),
-            path=path,
-        )
-    except (KeyError, TypeError, ValueError) as error:
-        raise DaemonNotRunningError(f"the discovery file {path} is malformed: {error}") from None
-    try:
-        os.kill(discovery.pid, 0)
-    except ProcessLookupError:
-        raise DaemonNotRunningError(
-            f"no oma-bridge daemon is running (the discovery file {path} names pid "
-            f"{discovery.pid}, which is gone); {hint}"
-        ) from None
-    except PermissionError:
-        pass  # alive, owned by someone else: the socket's permissions decide
-    return discovery
-
-
-def _raise_for(error: WireError) -> None:
-    if isinstance(error, DaemonError | InvalidMessageError):
-        raise error
-    if error.rpc_code == INVALID_MESSAGE:
-        data = error.data if isinstance(error.data, Mapping) else {}
-        raise InvalidMessageError(str(data.get("message") or error.message)) from None
-    raise DaemonError(error.rpc_code, error.message, error.data) from None
-
-
-class RemoteAgent:
-    """An agent opened on the daemon; the methods mirror :class:`~oma_bridge.Agent`."""
-
-    def __init__(
-        self,
-        client: Client,
-        agent_id: str,
-        profile: str,
-        before_run: Callable[..., Any] | None,
-        after_run: Callable[..., Any] | None,
-    ) -> None:
-        self.client = client
-        self.agent_id = agent_id
-        self.profile = profile
-        self.before_run = before_run
-        self.after_run = after_run
-
-    async def run(
-        self, run_input: str | Sequence[Any], *, run_id: str | None = None
-    ) -> AgentRunResult:
-        params = {"agentId": self.agent_id, "input": run_input, "runId": run_id or _run_id()}
-        return AgentRunResult.from_wire(await self.client.request("agent/run", params))
-
-    async def prompt(
-        self, prompt_input: str | Sequence[Any], *, run_id: str | None = None
-    ) -> AgentRunResult:
-        params = {"agentId": self.agent_id, "input": prompt_input, "runId": run_id or _run_id()}
-        return AgentRunResult.from_wire(await self.client.request("agent/prompt", params))
-
-    def stream(self, run_input: str | Sequence[Any], *, run_id: str | None = None) -> RemoteStream:
-        """Events as the daemon relays them; ``result`` is set once the stream ends."""
-        return RemoteStream(self.client, self.agent_id, run_input, run_id or _run_id())
-
-    async def history(self) -> list[Any]:
-        answer = await self.client.request("agent/history", {"agentId": self.agent_id})
-        return list(answer["messages"])
-
-    async def reset(self) -> None:
-        await self.client.request("agent/reset", {"agentId": self.agent_id})
-
-    async def close(self) -> None:
-        await self.client.request("agent/close", {"agentId": self.agent_id})
-        self.client._agents.pop(self.agent_id, None)
-
-    async def cancel(self, run_id: str) -> bool:
-        return await self.client.cancel(run_id)
-
-    def watch(
-        self, *, after_seq: int | None = None, retry_s: float = 0.2
-    ) -> AsyncIterator[JournalEntry]:
-        """The agent's journal entries after ``after_seq`` (default: from now), then live ones.
-
-        It reconnects by itself when the connection drops (after ``retry_s``)
-        and resumes after the last ``seq`` it yielded, so a dropped connection
-        costs no entry.  Close it when done (``contextlib.aclosing``, or
-        ``break`` inside ``async with aclosing(agent.watch()) as entries``):
-        it holds a connection of its own.
-        """
-        return self.client.watch(self.agent_id, after_seq=after_seq, retry_s=retry_s)
-
-
-@dataclass(frozen=True)
-class JournalEntry:
-    """One ``agent/event``: an entry of an agent's journal (``docs/sessions.md``)."""
-
-    agent_id: str
-    seq: int
-    #: ``{"type": "run_start" | "event" | "run_end" | "update" | "note", ...}``
-    entry: dict[str, Any]
-
-    @property
-    def text(self) -> str | None:
-        """The text of a ``text`` stream event, else ``None``."""
-        event = self.entry.get("event")
-        if (
-            self.entry.get("type") == "event"
-            and isinstance(event, dict)
-            and event.get("type") == "text"
-            and isinstance(event.get("data"), str)
-        ):
-            return str(event["data"])
-        return None
-
-
-class RemoteStream:
-    """The events of one ``agent/stream`` call, in wire order."""
-
-    def __init__(
-        self, client: Client, agent_id: str, run_input: str | Sequence[Any], run_id: str
-    ) -> None:
-        self.client = client
-        self.agent_id = agent_id
-        self.run_id = run_id
-        self.result: AgentRunResult | None = None
-        self._input = run_input
-        self._events: MemoryObjectReceiveStream[StreamEvent] | None = None
-
-    def __aiter__(self) -> AsyncIterator[StreamEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[StreamEvent]:
-        # Unbounded on purpose: the reader must never block on a slow
-        # consumer, and the daemon bounds what it sends per connection.
-        send, receive = anyio.create_memory_object_stream[StreamEvent](math.inf)
-        self.client._streams[self.run_id] = send
-        params = {"agentId": self.agent_id, "input": self._input, "runId": self.run_id}
-        failure: BaseException | None = None
-        try:
-            call = await self.client.peer.start_request("agent/stream", params)
-
-            async def settle() -> None:
-                nonlocal failure
-                try:
-                    self.result = AgentRunResult.from_wire(await call.wait())
-                except Exception as error:  # re-raised below, outside the task group
-                    failure = error
-                finally:
-                    send.close()
-
-            async with anyio.create_task_group() as tg, receive:
-                tg.start_soon(settle)
-                async for event in receive:
-                    yield event
-        finally:
-            self.client._streams.pop(self.run_id, None)
-        if isinstance(failure, WireError):
-            _raise_for(failure)
-        if failure is not None:
-            raise failure
-
-    async def cancel(self) -> bool:
-        return await self.client.cancel(self.run_id)
-
-
-def _run_id() -> str:
-    return uuid.uuid4().hex
-
-
-#: What a run does when its connection closes (``onDisconnect``).
-OnDisconnect: TypeAlias = Literal["cancel", "continue"]
-
-
-#: A task of ``run_tasks``: a :class:`~oma_bridge.TaskSpec` or its wire mapping
-#: (``{"id"?, "title", "description", "assignee": <profile>, "dependsOn"?, "maxRetries"?}``).
-class _TaskObject(Protocol):
-    """A :class:`~oma_bridge.TaskSpec` as the client sees it (no import of the library)."""
-
-    def to_wire(self) -> dict[str, Any]: ...
-
-
-TaskLike: TypeAlias = _TaskObject | Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class TeamTaskResult:
-    """One task of a team run as the daemon answered it.
-
-    ``status`` is ``completed``, ``failed``, ``skipped`` or ``cancelled``;
-    ``result`` is the last attempt's (``None`` for a task that never ran).
-    """
-
-    id: str
-    title: str
-    assignee: str
-    status: str
-    result: AgentRunResult | None = None
-
-
-@dataclass(frozen=True)
-class TeamResult:
-    """The answer of ``oma/runTasks`` / ``oma/runTeam`` (``TeamRunResult``, docs/contract.md §15).
-
-    ``output`` is the combined output of the tasks (``run_tasks``) or the
-    coordinator's synthesis (``run_team``), as docs/teams.md says; ``wire``
-    keeps the answer as it came.
-    """
-
-    run_id: str
-    success: bool
-    output: str
-    tasks: tuple[TeamTaskResult, ...]
-    token_usage: TokenUsage
-    wire: dict[str, Any]
-
-    def task(self, title_or_id: str) -> TeamTaskResult:
-        """The task with this id, or else this title; ``KeyError`` if none."""
-        for task in self.tasks:
-            if task.id == title_or_id:
-                return task
-        for task in self.tasks:
-            if task.title == title_or_id:
-                return task
-        raise KeyError(title_or_id)
-
-    @classmethod
-    def from_wire(cls, wire: Any) -> TeamResult:
-        """Parse the answer; ``ValueError`` when it is not the §15 shape."""
-        if not isinstance(wire, dict) or not isinstance(wire.get("tasks"), list):
-            raise ValueError("a TeamRunResult must be an object with a tasks list")
-        usage = wire.get("tokenUsage")
-        if not isinstance(usage, dict):
-            usage = {}
-        tasks = []
-        for task in wire["tasks"]:
-            if not isinstance(task, dict):
-                raise ValueError("each task of a TeamRunResult must be an object")
-            result = task.get("result")
-            tasks.append(
-                TeamTaskResult(
-                    id=str(task.get("id", "")),
-                    title=str(task.get("title", "")),
-                    assignee=str(task.get("assignee", "")),
-                    status=str(task.get("status", "")),
-                    result=AgentRunResult.from_wire(result) if result is not None else None,
-                )
-            )
-        return cls(
-            run_id=str(wire.get("runId", "")),
-            success=wire.get("success") is True,
-            output=str(wire.get("output", "")),
-            tasks=tuple(tasks),
-            token_usage=TokenUsage(
-                int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
-            ),
-            wire=wire,
-        )
-
-
-class RemoteTeamRun:
-    """A team run in flight: its progress as an async iterator, then its result.
-
-    Made by :meth:`Client.tasks_run` / :meth:`Client.team_run` (async context
-    managers).  Leaving the block normally waits for the run's answer; leaving
-    it with an error (or a cancel) cancels the run (``run/cancel``: its tasks
-    end ``cancelled`` / ``skipped``, their processes ended) and stops waiting.
-    An error answer the block never asked for with :meth:`result` is raised
-    when it ends, so a refused run cannot pass unnoticed.
-    """
-
-    def __init__(self, client: Client, run_id: str) -> None:
-        self.client = client
-        self.run_id = run_id
-        self._send, self._receive = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
-        self._done = anyio.Event()
-        self._result: TeamResult | None = None
-        self._error: BaseException | None = None
-        self._asked = False
-
-    async def progress(self) -> AsyncIterator[dict[str, Any]]:
-        """Each ``oma/progress`` event (``{"type", "agent", "task"?, "data"}``), in order.
-
-        It ends when the run has answered (the daemon sends every event before
-        its answer); a run refused at once (-32010, -32602) has no events.
-        """
-        async for event in self._receive:
-            yield event
-
-    async def result(self) -> TeamResult:
-        """The run's answer; raises :class:`InvalidMessageError` or :class:`DaemonError`."""
-        self._asked = True
-        await self._done.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-    async def cancel(self) -> bool:
-        """``run/cancel``: the running tasks end ``cancelled``, the rest ``skipped``."""
-        return await self.client.cancel(self.run_id)
-
-    async def _settle(self, call: PendingCall) -> None:
-        # Never raises: an error leaving the block must be the block's own.
-        try:
-            self._result = TeamResult.from_wire(await call.wait())
-        except WireError as error:
-            try:
-                _raise_for(error)
-            except Exception as mapped:
-                self._error = mapped
-        except Exception as error:
-            self._error = error
-        finally:
-            self._send.close()
-            self._done.set()
+__all__ = ["Client", "client_ssl_context", "connect", "read_token_file"]
 
 
 class Client:
@@ -476,7 +72,7 @@ class Client:
         try:
             return await self.peer.request(method, params)
         except WireError as error:
-            _raise_for(error)
+            raise_for(error)
             raise  # unreachable: _raise_for always raises
 
     async def _initialize(self, client_name: str) -> None:
@@ -551,7 +147,7 @@ class Client:
         **overrides: Any,
     ) -> AgentRunResult:
         """``oma/runAgent``: a one-off agent with progress events."""
-        run_id = run_id or _run_id()
+        run_id = run_id or new_run_id()
         params: dict[str, Any] = {
             "config": {"profile": profile, **overrides},
             "input": run_input,
@@ -616,7 +212,7 @@ class Client:
                 except ConnectionClosedError:
                     raise  # dropped before the answer: Client.watch reconnects
                 except WireError as error:
-                    _raise_for(error)
+                    raise_for(error)
                 if cursor[0] is None:
                     cursor[0] = int(answer["seq"])
                 async for item in receive:
@@ -645,7 +241,7 @@ class Client:
         titles, unknown ``dependsOn`` or assignee, cycles), before anything
         runs.  Failed runs come back in the result (``success`` false).
         """
-        params = _tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
+        params = tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
         return await self._team_request("oma/runTasks", params, on_progress)
 
     async def run_team(
@@ -665,7 +261,7 @@ class Client:
         :class:`DaemonError` (-32011, -32602).  A plan the coordinator cannot
         make comes back as a failed result whose ``output`` says why.
         """
-        params = _team_params(agents, coordinator, goal, run_id, on_disconnect)
+        params = team_params(agents, coordinator, goal, run_id, on_disconnect)
         return await self._team_request("oma/runTeam", params, on_progress)
 
     def tasks_run(
@@ -678,7 +274,7 @@ class Client:
         on_disconnect: OnDisconnect = "cancel",
     ) -> contextlib.AbstractAsyncContextManager[RemoteTeamRun]:
         """:meth:`run_tasks` as a :class:`RemoteTeamRun` whose progress you iterate."""
-        params = _tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
+        params = tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
         return self._team_run("oma/runTasks", params)
 
     def team_run(
@@ -691,7 +287,7 @@ class Client:
         on_disconnect: OnDisconnect = "cancel",
     ) -> contextlib.AbstractAsyncContextManager[RemoteTeamRun]:
         """:meth:`run_team` as a :class:`RemoteTeamRun` whose progress you iterate."""
-        params = _team_params(agents, coordinator, goal, run_id, on_disconnect)
+        params = team_params(agents, coordinator, goal, run_id, on_disconnect)
         return self._team_run("oma/runTeam", params)
 
     async def _team_request(
@@ -853,40 +449,6 @@ def _tls_failure(url: str, error: ssl.SSLError) -> DaemonTLSError:
         f"the TLS handshake with the daemon at {url} failed: {error.reason or error} "
         "(is it a ws:// listener, without TLS?)"
     )
-
-
-def _tasks_params(
-    tasks: Sequence[TaskLike],
-    max_concurrency: int | None,
-    run_id: str | None,
-    metadata: Mapping[str, Any] | None,
-    on_disconnect: OnDisconnect,
-) -> dict[str, Any]:
-    params: dict[str, Any] = {
-        "tasks": [dict(task) if isinstance(task, Mapping) else task.to_wire() for task in tasks],
-        "runId": run_id or _run_id(),
-        "onDisconnect": on_disconnect,
-    }
-    if max_concurrency is not None:
-        params["maxConcurrency"] = max_concurrency
-    if metadata is not None:
-        params["metadata"] = dict(metadata)
-    return params
-
-
-def _team_params(
-    agents: Sequence[str],
-    coordinator: str,
-    goal: str,
-    run_id: str | None,
-    on_disconnect: OnDisconnect,
-) -> dict[str, Any]:
-    return {
-        "team": {"agents": list(agents), "coordinator": coordinator},
-        "goal": goal,
-        "runId": run_id or _run_id(),
-        "onDisconnect": on_disconnect,
-    }
 
 
 @contextlib.asynccontextmanager
