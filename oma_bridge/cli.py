@@ -479,6 +479,8 @@ def _open_browser(link: str, folder: Path) -> None:
     import os
     import webbrowser
 
+    from oma_bridge.private_files import make_private_folder, open_private
+
     graphical = sys.platform in ("darwin", "win32") or any(
         os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")
     )
@@ -492,12 +494,12 @@ def _open_browser(link: str, folder: Path) -> None:
         f'<title>oma-bridge status</title><a href="{target}">oma-bridge status page</a>\n'
     )
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_folder(folder, forbidden=0)  # the daemon's folder: it checked the mode
         redirect = folder / "ui-link.html"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(redirect, flags, 0o600)
+        # A new file each time, so it is 0600 whatever an old one's mode was.
+        redirect.unlink(missing_ok=True)
+        fd = open_private(redirect, os.O_WRONLY | os.O_EXCL)
         with os.fdopen(fd, "w", encoding="utf-8") as file:
-            os.fchmod(fd, 0o600)
             file.write(page)
         opened = webbrowser.open(redirect.as_uri(), new=2)
     except (OSError, webbrowser.Error) as error:

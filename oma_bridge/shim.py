@@ -45,6 +45,7 @@ from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir, default_state_dir
+from oma_bridge.private_files import make_private_folder, open_private
 from oma_bridge.wire.acp_lines import ACP_LINES_SUBPROTOCOL
 
 __all__ = ["main"]
@@ -134,8 +135,12 @@ def _start_daemon() -> None:
     session in it, with the first shim.
     """
     log_dir = default_state_dir()
-    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with (log_dir / "daemon.log").open("ab") as log:
+    try:
+        make_private_folder(log_dir)
+        log_fd = open_private(log_dir / "daemon.log")
+    except OSError as error:  # a state folder others can reach, say: the daemon would refuse it
+        raise Unreachable(f"cannot start a daemon: {error}") from None
+    with os.fdopen(log_fd, "ab") as log:
         middle = os.fork()
         if middle == 0:  # pragma: no cover (the middle process: it only starts the daemon)
             status = 1

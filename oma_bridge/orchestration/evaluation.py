@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import random
 import time
 from collections import deque
@@ -38,6 +39,7 @@ import anyio.to_thread
 import orjson
 
 from oma_bridge.callbacks import invoke
+from oma_bridge.private_files import make_private_folder, open_private
 from oma_bridge.redaction import redact
 
 __all__ = [
@@ -113,8 +115,10 @@ class JsonlFileStore:
         await anyio.to_thread.run_sync(self._append, line)
 
     def _append(self, line: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as handle:
+        # Records may hold prompts and outputs (``store_payloads``): the file
+        # is created 0600, and the folders it needs 0700.
+        make_private_folder(self.path.parent, forbidden=None)
+        with os.fdopen(open_private(self.path), "ab") as handle:
             handle.write(line)
 
 

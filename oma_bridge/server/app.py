@@ -143,7 +143,7 @@ async def serve(
     }
     folder = settings.discovery_dir
     listeners: list[Listener] = []
-    with hold_runtime_dir(folder, fix_mode=folder == default_runtime_dir()):
+    with hold_runtime_dir(folder, own=folder == default_runtime_dir()):
         try:
             if settings.socket is not None:
                 listeners.append(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from oma_bridge.private_files import open_private
 from oma_bridge.redaction import redact
 
 if TYPE_CHECKING:
@@ -74,9 +75,7 @@ class AuditLog:
         data = orjson.dumps(_redacted(line)) + b"\n"
         try:
             if self._fd is None:
-                self._fd = os.open(
-                    self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-                )
+                self._fd = open_private(self.path)
             os.write(self._fd, data)  # one write per line: lines never interleave
         except OSError as error:
             self._failed = True

@@ -35,6 +35,7 @@ import anyio.to_thread
 
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
+from oma_bridge.private_files import NotPrivateError, make_private_folder, open_private
 from oma_bridge.rpc import unwrap_single_error
 from oma_bridge.server.acp.facade import AcpFacade
 from oma_bridge.server.agents.service import AgentService
@@ -207,18 +208,24 @@ class _Lifecycle:
 
 
 def _check_state_dir(state_dir: Path) -> None:
-    """Refuse to start when the state folder cannot take a byte (a full disk, say).
+    """Refuse to start when the state folder is not private or cannot take a byte.
 
-    The crash watchdog records live process groups there at the first spawn;
-    finding out then would be too late to say it plainly.
+    The folder (and each folder above it the daemon makes) is created 0700;
+    one that exists must be the user's and 0700 (``private_files``), since
+    the crash records, sessions and audit log in it are trusted at the next
+    start.  A full disk is found here too: the crash watchdog records live
+    process groups there at the first spawn, and finding out then would be
+    too late to say it plainly.
     """
     probe = state_dir / f".probe-{os.getpid()}"
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        with probe.open("wb") as handle:
+        make_private_folder(state_dir)
+        with os.fdopen(open_private(probe, os.O_WRONLY | os.O_EXCL), "wb") as handle:
             handle.write(b"x")
             handle.flush()
             os.fsync(handle.fileno())
+    except NotPrivateError as error:
+        raise StartupError(f"the state folder is not private: {error}") from None
     except OSError as error:
         reason = error.strerror or str(error)
         raise StartupError(f"cannot write to the state folder {state_dir}: {reason}") from None

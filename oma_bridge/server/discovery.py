@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 import orjson
 
 from oma_bridge._version import __version__
 from oma_bridge.paths import DISCOVERY_NAME
+from oma_bridge.private_files import open_private
 from oma_bridge.server.listeners import StartupError
 from oma_bridge.wire.codes import PROTOCOL_VERSION, Discovery
 
@@ -40,9 +41,9 @@ def write_discovery(folder: Path, *, socket: Path | None, url: str | None, token
     }
     data = orjson.dumps(content, option=orjson.OPT_INDENT_2) + b"\n"
     target = discovery_path(folder)
-    # mkstemp creates the file 0600 from the start.
-    fd, temp_name = tempfile.mkstemp(prefix=".bridge-", suffix=".json.tmp", dir=folder)
+    temp = folder / f".bridge-{secrets.token_hex(8)}.json.tmp"
     try:
+        fd = open_private(temp, os.O_WRONLY | os.O_EXCL)
         try:
             view = memoryview(data)
             while view:
@@ -50,10 +51,10 @@ def write_discovery(folder: Path, *, socket: Path | None, url: str | None, token
             os.fsync(fd)
         finally:
             os.close(fd)
-        Path(temp_name).replace(target)
+        temp.replace(target)
     except OSError as exc:
         with contextlib.suppress(OSError):
-            Path(temp_name).unlink()
+            temp.unlink()
         raise StartupError(
             f"cannot write the discovery file {target}: {exc.strerror or exc}"
         ) from None

@@ -40,6 +40,7 @@ from websockets.protocol import State
 from websockets.typing import Subprotocol
 
 from oma_bridge.paths import LOCK_NAME
+from oma_bridge.private_files import NOT_SHARED, NotPrivateError, make_private_folder, open_private
 from oma_bridge.server.auth import Answer, ListenerKind, RequestPolicy, select_subprotocol
 from oma_bridge.server.config import TcpEndpoint
 from oma_bridge.server.frames import FrameConnection
@@ -158,31 +159,23 @@ class Listener:
     url: str | None = None
 
 
-def _ensure_private_dir(folder: Path, *, fix_mode: bool) -> None:
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = folder.lstat()
-    except OSError as exc:
-        raise StartupError(f"cannot create the runtime folder {folder}: {exc.strerror}") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise StartupError(f"{folder} is not a folder")
-    if info.st_uid != os.getuid():
-        raise StartupError(f"{folder} belongs to another user; refusing to use it")
-    if fix_mode and stat.S_IMODE(info.st_mode) != 0o700:
-        folder.chmod(0o700)
-
-
 @contextlib.contextmanager
-def hold_runtime_dir(folder: Path, *, fix_mode: bool) -> Iterator[None]:
+def hold_runtime_dir(folder: Path, *, own: bool) -> Iterator[None]:
     """Create ``folder`` (0700), and hold its lock file for the daemon's life.
 
-    ``fix_mode`` tightens an existing folder to 0700 (the default runtime
-    folder, which is ours); a folder the user named is created 0700 but not
-    changed when it exists.
+    An ``own`` folder (the default runtime folder) that exists must be the
+    user's and 0700, else the daemon refuses to start with a line that says
+    how to fix it; a folder the user named (``socket = "/path"``) must be
+    the user's, and keeps its mode.
     """
-    _ensure_private_dir(folder, fix_mode=fix_mode)
+    try:
+        make_private_folder(folder, forbidden=NOT_SHARED if own else 0)
+    except NotPrivateError as exc:
+        raise StartupError(f"cannot use the runtime folder: {exc}") from None
+    except OSError as exc:
+        raise StartupError(f"cannot create the runtime folder {folder}: {exc.strerror}") from None
     lock_path = folder / LOCK_NAME
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fd = open_private(lock_path, os.O_RDWR | os.O_NOFOLLOW)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -56,6 +56,7 @@ import anyio.to_thread
 import psutil
 
 from oma_bridge.observe import report
+from oma_bridge.private_files import make_private_folder, open_private
 from oma_bridge.supervision import watchdog as _watchdog
 from oma_bridge.supervision.exits import exit_parts
 from oma_bridge.supervision.pipes import (
@@ -148,34 +149,58 @@ class _Watchdog:
         return self._process.pid if self._process else None
 
     def _start(self) -> None:
-        state_file = ""
         if self._process is not None:  # a dead predecessor: reap it, drop its pipe
             self._process.poll()
             with contextlib.suppress(OSError):
                 assert self._process.stdin is not None
                 self._process.stdin.close()
             self._process = None
+        state = self._create_state_file()
+        arguments = [self._owner, str(state[0]), str(state[1])] if state else [self._owner]
         try:
-            if self._state_dir is not None:
-                self._state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-                state_file = str(self._state_dir / f"{self._owner}{_watchdog.STATE_SUFFIX}")
             # -I -S: no site-packages, no user paths; the watchdog needs only the stdlib.
             process = subprocess.Popen(
-                [sys.executable, "-I", "-S", _watchdog.__file__, self._owner, state_file],
+                [sys.executable, "-I", "-S", _watchdog.__file__, *arguments],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
+                pass_fds=(state[1],) if state else (),
             )
         except OSError:
             # Children still carry the tag, and the next spawn tries again.
             logger.exception("could not start the supervisor watchdog")
+            if state:
+                with contextlib.suppress(OSError):
+                    state[0].unlink()
             return
+        finally:
+            if state:
+                os.close(state[1])  # the watchdog's now
         assert process.stdin is not None
         self._process = process
         self._fd = process.stdin.fileno()
         os.set_blocking(self._fd, False)
         self._pending = b""
         self._send(b"".join(b"+%d\n" % pgid for pgid in self._live), restart=False)
+
+    def _create_state_file(self) -> tuple[Path, int] | None:
+        """The crash record the watchdog keeps (path, descriptor), or ``None`` without one.
+
+        Created here, 0600 in a private folder, and handed to the watchdog
+        open: the watchdog is a standard-library script, and every file of
+        the daemon's is created through ``private_files``.  A folder that is
+        not private, or a full disk, leaves the watchdog without its record
+        rather than without a watchdog.
+        """
+        if self._state_dir is None:
+            return None
+        path = self._state_dir / f"{self._owner}{_watchdog.STATE_SUFFIX}"
+        try:
+            make_private_folder(self._state_dir)
+            return path, open_private(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        except OSError as error:
+            logger.warning("oma-bridge watchdog: no state file: %s", error)
+            return None
 
     def register(self, pgid: int) -> None:
         self._live.add(pgid)

@@ -2,13 +2,15 @@
 
 This file runs two ways, and so imports nothing but the standard library:
 
-* as a **script** (``python -I -S watchdog.py <owner> [<state file>]``), the
-  watchdog: one small process per supervising process, started once.  It
+* as a **script** (``python -I -S watchdog.py <owner> [<state file> <fd>]``),
+  the watchdog: one small process per supervising process, started once.  It
   reads ``+<pgid>`` / ``-<pgid>`` lines on stdin as the supervisor starts and
   reaps process groups.  When stdin reaches end of file (the supervisor has
   died, however it died: its pipe's only write end closes with it) it
   SIGKILLs every registered group and every process tagged with the owner
-  (see below), removes its state file and exits.
+  (see below), removes its state file and exits.  The supervisor creates
+  the state file (0600, in a private folder) and hands it over open, as
+  descriptor ``<fd>``.
 * as a **module**, imported by :mod:`oma_bridge.supervision.supervisor` for
   :func:`kill_tagged` and :func:`reap_state_dir`, used at start-up to reap
   what an earlier daemon left behind when its watchdog died with it.
@@ -189,11 +191,11 @@ def reap_state_dir(state_dir: Path) -> int:
 class _StateFile:
     """The append-only log of live groups that :func:`reap_state_dir` replays."""
 
-    def __init__(self, path: Path, owner: str) -> None:
+    def __init__(self, path: Path, fd: int, owner: str) -> None:
         self._path = path
         self._header = f"{_STATE_MAGIC}\nowner {owner}\nwatchdog {os.getpid()} "
         self._header += f"{start_time(os.getpid())}\n"
-        self._file = path.open("w")
+        self._file = os.fdopen(fd, "w")
         try:
             self._file.write(self._header)
             self._file.flush()
@@ -232,9 +234,9 @@ class _StateFile:
 def main(argv: list[str]) -> None:
     owner = argv[1]
     state = None
-    if len(argv) > 2 and argv[2]:
+    if len(argv) > 3:
         try:
-            state = _StateFile(Path(argv[2]), owner)
+            state = _StateFile(Path(argv[2]), int(argv[3]), owner)
         except OSError as error:  # guard without the file rather than not at all
             print(f"oma-bridge watchdog: no state file: {error}", file=sys.stderr)
     # The terminal's signals are not for us (we run in our own session anyway).

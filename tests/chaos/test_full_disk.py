@@ -104,7 +104,7 @@ async def test_a_full_discovery_folder_is_a_clear_error(folder: Path, tmpfs: Pat
 
 
 async def test_a_full_state_folder_is_a_clear_error_at_start(folder: Path, tmpfs: Path) -> None:
-    (tmpfs / "oma-bridge").mkdir()
+    (tmpfs / "oma-bridge").mkdir(mode=0o700)  # as a daemon made it
     fill(tmpfs)
     config = folder / "bridge.toml"
     config.write_text(config_text(folder, agents=AGENTS))

@@ -14,7 +14,7 @@ from .conftest import daemon
 
 
 def _write(path: Path, records: int, *, tail: bytes = b"") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a state folder is 0700
     lines = (
         orjson.dumps({"ts": "t", "event": "spawn", "agentId": None, "n": n}) for n in range(records)
     )

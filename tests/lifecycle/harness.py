@@ -59,9 +59,11 @@ class DaemonProcess:
 
 @contextlib.asynccontextmanager
 async def daemon_process(
-    folder: Path, text: str, *, env: Mapping[str, str] | None = None
+    folder: Path, text: str, *, env: Mapping[str, str] | None = None, umask: int = -1
 ) -> AsyncIterator[DaemonProcess]:
     """Start a daemon on ``folder/bridge.toml`` = ``text``; ready once its discovery file exists.
+
+    ``umask`` is the daemon's (-1: this process's).
 
     At the end it is killed if it still runs, and so is every process it left.
     """
@@ -76,6 +78,7 @@ async def daemon_process(
             stderr=log,
             # The process state file of the daemon goes to a folder of this test.
             env={**os.environ, "XDG_STATE_HOME": str(folder / "state"), **(env or {})},
+            umask=umask,
         )
     daemon = DaemonProcess(process, folder, log_path)
     seen: list[psutil.Process] = []

@@ -201,7 +201,8 @@ async def test_corrupt_session_files_are_skipped_by_name_and_the_daemon_serves(
     folder: Path,
 ) -> None:
     sessions = sessions_dir(folder)
-    sessions.mkdir(parents=True, mode=0o700)
+    for level in (sessions.parent.parent, sessions.parent, sessions):
+        level.mkdir(mode=0o700)  # as the daemon makes them: a state folder must be private
     header = b'{"v":1,"agentId":"agt_truncated","profile":"echo","overrides":{},"createdAt":1}\n'
     truncated = sessions / "agt_truncated.jsonl"
     truncated.write_bytes(header + b'{"seq":1,"entry":{"type":"run_st')

@@ -215,10 +215,14 @@ def test_the_state_file_stays_small_under_steady_traffic(tmp_path: Path) -> None
     state = tmp_path / "cafe.state"
     sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
     sentinel = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    # The supervisor creates the state file and hands it to the watchdog open.
+    fd = os.open(state, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     watchdog = subprocess.Popen(
-        [sys.executable, "-I", "-S", _watchdog.__file__, "cafe", str(state)],
+        [sys.executable, "-I", "-S", _watchdog.__file__, "cafe", str(state), str(fd)],
         stdin=subprocess.PIPE,
+        pass_fds=(fd,),
     )
+    os.close(fd)
     try:
         assert watchdog.stdin is not None
         # 3,000 short runs of one group, then it stays; the sentinel marks the end.

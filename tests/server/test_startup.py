@@ -72,12 +72,21 @@ async def test_auto_socket_discovery_and_modes(runtime_dir: Path) -> None:
     assert not (runtime_dir / "bridge.sock").exists()
 
 
-async def test_auto_folder_is_tightened_to_0700(runtime_dir: Path) -> None:
+async def test_an_auto_folder_others_can_reach_is_refused_with_the_fix(runtime_dir: Path) -> None:
+    # Made 0700 by every daemon: wider, someone changed it, and may have been inside.
     os.mkdir(runtime_dir)  # noqa: PTH102
     os.chmod(runtime_dir, 0o755)  # noqa: PTH101
     config = parse_config("", source="t", base_dir=runtime_dir)
+    with pytest.raises(StartupError) as caught:
+        await serve(config)
+    assert str(caught.value) == (
+        f"cannot use the runtime folder: {runtime_dir} has mode 0755; "
+        f"it must be 0700: chmod 700 {runtime_dir}"
+    )
+    assert mode(runtime_dir) == 0o755  # refused, not changed
+    assert names(runtime_dir) == []
+    os.chmod(runtime_dir, 0o700)  # noqa: PTH101 - the fix it names
     async with running_daemon(config) as running:
-        assert mode(runtime_dir) == 0o700
         assert running.url is None
         assert orjson.loads(running.discovery_path.read_bytes())["url"] is None
 

@@ -43,6 +43,8 @@ import anyio
 import anyio.to_thread
 import orjson
 
+from oma_bridge.private_files import make_private_folder, open_private
+
 __all__ = ["PersistedSession", "SessionStore"]
 
 logger = logging.getLogger("oma_bridge.server")
@@ -120,9 +122,7 @@ class SessionStore:
         assert self.folder is not None
         path = self.folder / f"{agent_id}{_SUFFIX}"
         try:
-            self._opened[agent_id] = os.open(
-                path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-            )
+            self._opened[agent_id] = open_private(path)
         except OSError as error:
             self._fail(error)
             return
@@ -281,7 +281,7 @@ class SessionStore:
         if fd is None:
             if kind != "create" and not path.exists():
                 return  # removed meanwhile
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            fd = open_private(path)
             files[agent_id] = fd
         if kind == "sync":
             os.fsync(fd)
@@ -310,7 +310,7 @@ class SessionStore:
         if self.folder is None:
             return []
         try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private_folder(self.folder)
             paths = sorted(p for p in self.folder.iterdir() if p.suffix == _SUFFIX)
         except OSError as error:
             self._fail(error)
