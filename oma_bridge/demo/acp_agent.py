@@ -42,14 +42,19 @@ import anyio.to_thread
 
 from oma_bridge._version import __version__
 from oma_bridge.errors import WireError
-from oma_bridge.rpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Peer
+from oma_bridge.rpc import Peer
+from oma_bridge.rpc.codes import (
+    ACP_PROTOCOL_VERSION,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+)
 
 __all__ = ["AGENT_NAME", "DemoAgent", "main", "reply_chunks", "serve_stdio"]
 
 logger = logging.getLogger("oma_bridge.demo")
 
 AGENT_NAME = "oma-bridge-demo"
-PROTOCOL_VERSION = 1
 #: The context size reported in ``usage_update`` (the demo counts words as tokens).
 CONTEXT_SIZE = 100_000
 MAX_WAIT_S = 60.0
@@ -138,7 +143,7 @@ class DemoAgent:
     def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         # A client asking for another version gets ours (1); it decides whether to go on.
         return {
-            "protocolVersion": PROTOCOL_VERSION,
+            "protocolVersion": ACP_PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": False,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},

@@ -11,14 +11,16 @@ from typing import TYPE_CHECKING
 from oma_bridge._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from oma_bridge.rpc.core import (
-        CANCEL_METHOD,
+    from oma_bridge.rpc.codes import (
         INTERNAL_ERROR,
         INVALID_PARAMS,
         INVALID_REQUEST,
         METHOD_NOT_FOUND,
         PARSE_ERROR,
         REQUEST_CANCELLED,
+    )
+    from oma_bridge.rpc.core import (
+        CANCEL_METHOD,
         Event,
         Message,
         RequestId,
@@ -52,7 +54,20 @@ __all__ = [
 ]
 
 _PEER = ("ConnectionClosedError", "Peer", "PendingCall", "unwrap_single_error")
-__getattr__ = lazy_attributes(
-    __name__,
-    {name: "oma_bridge.rpc.peer" if name in _PEER else "oma_bridge.rpc.core" for name in __all__},
+_CODES = (
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "REQUEST_CANCELLED",
 )
+
+
+def _home(name: str) -> str:
+    if name in _PEER:
+        return "oma_bridge.rpc.peer"
+    return "oma_bridge.rpc.codes" if name in _CODES else "oma_bridge.rpc.core"
+
+
+__getattr__ = lazy_attributes(__name__, {name: _home(name) for name in __all__})

@@ -29,15 +29,10 @@ from typing import Any, Literal, TypeAlias, TypeGuard
 import orjson
 
 from oma_bridge.errors import WireError
+from oma_bridge.rpc.codes import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 
 __all__ = [
     "CANCEL_METHOD",
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "PARSE_ERROR",
-    "REQUEST_CANCELLED",
     "Event",
     "IdKey",
     "Message",
@@ -48,12 +43,6 @@ __all__ = [
     "id_key",
 ]
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-REQUEST_CANCELLED = -32800
 CANCEL_METHOD = "$/cancel_request"
 
 RequestId: TypeAlias = int | str | None

@@ -23,10 +23,8 @@ import anyio.abc
 import anyio.lowlevel
 
 from oma_bridge.errors import WireError
+from oma_bridge.rpc.codes import INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_CANCELLED
 from oma_bridge.rpc.core import (
-    INTERNAL_ERROR,
-    METHOD_NOT_FOUND,
-    REQUEST_CANCELLED,
     Event,
     IdKey,
     Message,

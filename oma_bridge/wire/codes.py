@@ -2,8 +2,9 @@
 
 Plain constants and the builders of the daemon's own errors, with no I/O and
 no pydantic, so that the client, the CLI and the ACP shim import this alone
-and start fast.  Every error code of ``docs/protocol.md`` ("Errors") is here;
-no other module writes a bare ``-320xx``.
+and start fast.  Every error code of ``docs/protocol.md`` ("Errors") is here
+(JSON-RPC's own come from :mod:`oma_bridge.rpc.codes`, below ``wire/``, where
+the ACP backend takes them too).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from oma_bridge.errors import InvalidMessageError, WireError
-from oma_bridge.rpc.core import (
+from oma_bridge.rpc.codes import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,

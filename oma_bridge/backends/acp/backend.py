@@ -79,8 +79,6 @@ from oma_bridge.observe import report
 from oma_bridge.redaction import redact
 from oma_bridge.results import TokenUsage
 from oma_bridge.rpc import (
-    METHOD_NOT_FOUND,
-    REQUEST_CANCELLED,
     ConnectionClosedError,
     Event,
     Message,
@@ -88,13 +86,17 @@ from oma_bridge.rpc import (
     PendingCall,
     RequestId,
 )
+from oma_bridge.rpc.codes import (
+    ACP_PROTOCOL_VERSION,
+    AUTH_REQUIRED,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+)
 
-__all__ = ["AUTH_REQUIRED_CODE", "PROTOCOL_VERSION", "AcpBackend"]
+__all__ = ["AcpBackend"]
 
 logger = logging.getLogger(__name__)
 
-PROTOCOL_VERSION = 1
-AUTH_REQUIRED_CODE = -32000
 _CLIENT_NAME = "oma-bridge"
 
 
@@ -353,7 +355,7 @@ class AcpBackend:
 
     async def _turn_failed(self, live: _Live, failure: BaseException) -> OMAError:
         if isinstance(failure, WireError) and not isinstance(failure, ConnectionClosedError):
-            if failure.rpc_code == AUTH_REQUIRED_CODE:
+            if failure.rpc_code == AUTH_REQUIRED:
                 return self._auth_error(failure)
             # The agent refused this prompt; the session itself is still fine.
             return BackendError(
@@ -434,7 +436,7 @@ class AcpBackend:
             return await self._crashed(live, exc)
         await self._end(live)
         if isinstance(exc, WireError):
-            if exc.rpc_code == AUTH_REQUIRED_CODE:
+            if exc.rpc_code == AUTH_REQUIRED:
                 return self._auth_error(exc)
             return BackendError(
                 f'ACP agent "{self.label}" failed to start: error {exc.rpc_code}: '
@@ -450,7 +452,7 @@ class AcpBackend:
         raw = await peer.request(
             "initialize",
             {
-                "protocolVersion": PROTOCOL_VERSION,
+                "protocolVersion": ACP_PROTOCOL_VERSION,
                 "clientCapabilities": {
                     "fs": {"readTextFile": serve_fs, "writeTextFile": serve_fs},
                     "terminal": config.terminal is not False,
@@ -462,10 +464,10 @@ class AcpBackend:
             },
         )
         init = live.init = InitializeResponse.model_validate(raw)
-        if init.protocol_version != PROTOCOL_VERSION:
+        if init.protocol_version != ACP_PROTOCOL_VERSION:
             raise BackendError(
                 f'ACP agent "{self.label}" speaks protocol version {init.protocol_version}; '
-                f"oma-bridge speaks {PROTOCOL_VERSION}"
+                f"oma-bridge speaks {ACP_PROTOCOL_VERSION}"
             )
         if config.auth_method is not None and config.auth_method in init.auth_method_ids():
             try:

@@ -29,7 +29,7 @@ from oma_bridge.backends.acp.config import AcpConfig
 from oma_bridge.backends.acp.terminal import Terminals
 from oma_bridge.errors import WireError
 from oma_bridge.observe import report
-from oma_bridge.rpc import INTERNAL_ERROR
+from oma_bridge.rpc.codes import INTERNAL_ERROR, RESOURCE_NOT_FOUND
 
 __all__ = ["ClientMethods"]
 
@@ -111,7 +111,7 @@ class ClientMethods:
             forwarded = await self._forward(method, params)
             if forwarded is None:
                 raise WireError(
-                    fs.RESOURCE_NOT_FOUND,
+                    RESOURCE_NOT_FOUND,
                     f"terminal {terminal_id} is a client's, and no client can be asked for it",
                 )
             return forwarded.answer

@@ -15,18 +15,16 @@ import anyio
 
 from oma_bridge.errors import WireError
 from oma_bridge.observe import report
-from oma_bridge.rpc import INVALID_PARAMS
+from oma_bridge.rpc.codes import INVALID_PARAMS, RESOURCE_NOT_FOUND
 
 __all__ = [
     "OUTSIDE_CWD",
-    "RESOURCE_NOT_FOUND",
     "confine",
     "read_text_file",
     "write_text_file",
     "written_content",
 ]
 
-RESOURCE_NOT_FOUND = -32002
 OUTSIDE_CWD = "path is outside the agent's working directory"
 
 

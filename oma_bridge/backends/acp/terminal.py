@@ -30,10 +30,9 @@ from typing import Any
 
 import anyio
 
-from oma_bridge.backends.acp.fs import RESOURCE_NOT_FOUND
 from oma_bridge.errors import WireError
 from oma_bridge.observe import report
-from oma_bridge.rpc import INVALID_PARAMS
+from oma_bridge.rpc.codes import INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND
 from oma_bridge.supervision.exits import exit_parts
 from oma_bridge.supervision.supervisor import SupervisedProcess, default_supervisor
 
@@ -143,7 +142,7 @@ class Terminals:
             del self._terminals[terminal_id]  # type: ignore[arg-type]
             await terminal.close()
             return {}
-        raise WireError(-32601, f"Method not found: {method}")
+        raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
         command, args = params.get("command"), params.get("args") or []

@@ -33,13 +33,14 @@ from oma_bridge.errors import InvalidMessageError, OMAError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.results import StreamEvent
 from oma_bridge.rpc import ConnectionClosedError
-from oma_bridge.rpc.core import (
+from oma_bridge.rpc.codes import (
+    ACP_PROTOCOL_VERSION,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
-    encode_notification,
 )
+from oma_bridge.rpc.core import encode_notification
 from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason, updates_of
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.registry import HostedAgent
@@ -57,7 +58,6 @@ __all__ = ["AcpFacade", "Attachment"]
 
 logger = logging.getLogger("oma_bridge.server.acp")
 
-ACP_PROTOCOL_VERSION = 1
 PROFILE_META = "oma-bridge/profile"
 PAGE = 100
 

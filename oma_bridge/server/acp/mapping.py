@@ -17,7 +17,7 @@ from typing import Any
 
 from oma_bridge.errors import RefusedError, WireError
 from oma_bridge.redaction import redact
-from oma_bridge.rpc.core import INTERNAL_ERROR, INVALID_PARAMS
+from oma_bridge.rpc.codes import INTERNAL_ERROR, INVALID_PARAMS
 
 __all__ = ["NOTE_META", "RESERVED_META", "client_meta", "prompt_input", "stop_reason", "updates_of"]
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from oma_bridge.backends import ClientAnswer, ClientCall, ClientForwarder
-from oma_bridge.backends.acp.fs import RESOURCE_NOT_FOUND
 from oma_bridge.errors import WireError
-from oma_bridge.rpc import INTERNAL_ERROR, ConnectionClosedError
+from oma_bridge.rpc import ConnectionClosedError
+from oma_bridge.rpc.codes import INTERNAL_ERROR, RESOURCE_NOT_FOUND
 from oma_bridge.server.agents.registry import AcpClient, HostedAgent
 from oma_bridge.server.audit import decided_by_client
 from oma_bridge.server.session import Session
