@@ -13,7 +13,7 @@ from oma_bridge.backends.llm.config import LLM_KEYS, LlmConfig
 from oma_bridge.backends.process.config import ProcessConfig
 from oma_bridge.messages import LLMMessage, checked_copy, copy_messages
 
-__all__ = ["AfterRunHook", "AgentConfig", "BackendConfigs", "BeforeRunHook"]
+__all__ = ["AfterRunHook", "AgentConfig", "BackendConfigs", "BeforeRunHook", "smallest_ceiling"]
 
 #: ``before_run(ctx) -> ctx`` where ctx is ``{"prompt", "messages", "agent"}``.
 BeforeRunHook: TypeAlias = Callable[[dict[str, Any]], Any | Awaitable[Any]]
@@ -67,7 +67,9 @@ class AgentConfig(BaseModel):
             if backend is None:
                 backend = LlmConfig(**llm)
             elif isinstance(backend, LlmConfig):
-                backend = backend.model_copy(update=llm)
+                # Built anew, not model_copy(update=): that skips validation, and a
+                # top-level "temperature": "hot" would reach the provider.
+                backend = type(backend)(**{**dict(backend), **llm})
             else:
                 raise ValueError(
                     f"{', '.join(sorted(llm))}: keys of an llm agent, "
@@ -93,3 +95,10 @@ class AgentConfig(BaseModel):
     def history_messages(self) -> list[LLMMessage]:
         """An independent copy of the seeded history."""
         return copy_messages(self.history)
+
+
+def smallest_ceiling(*ceilings: int | None) -> int | None:
+    """The ceiling that applies when several are set (a run's, its agent's, a team's):
+    the smallest wins, so a narrower one never widens a limit; ``None`` when none is set."""
+    present = [ceiling for ceiling in ceilings if ceiling is not None]
+    return min(present) if present else None
