@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import anyio
 
-from oma_bridge.agent.config import AfterRunHook, AgentConfig, BeforeRunHook
+from oma_bridge.agent.config import AfterRunHook, AgentConfig, BeforeRunHook, smallest_ceiling
 from oma_bridge.agent.hooks import apply_after_run, apply_before_run, ensure_outcome
 from oma_bridge.agent.input import (
     PreparedInput,
@@ -383,7 +383,7 @@ class Agent:
             raise ValueError(f'run id "{run.run_id}" is already live on agent "{self.name}"')
         self._runs[run.run_id] = run
         self._state.status = "running"
-        budget = _smallest(self.config.max_token_budget, max_token_budget)
+        budget = smallest_ceiling(self.config.max_token_budget, max_token_budget)
 
         async def record(event: StreamEvent) -> None:
             if event.type == "text":
@@ -515,11 +515,6 @@ class Agent:
 
 def _new_run_id() -> str:
     return uuid.uuid4().hex
-
-
-def _smallest(*ceilings: int | None) -> int | None:
-    present = [c for c in ceilings if c is not None]
-    return min(present) if present else None
 
 
 def _error_kind(error: BaseException) -> ErrorKind:

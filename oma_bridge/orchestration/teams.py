@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from oma_bridge.agent import Agent, PreparedInput
+from oma_bridge.agent.config import smallest_ceiling
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.errors import (
     CostBudgetExceededError,
@@ -135,8 +136,7 @@ class _TeamRun:
         self.control = RunControl()
         self.usage = TokenUsage()
         self.cost = 0.0
-        ceilings = [c for c in (oma.max_token_budget, max_token_budget) if c is not None]
-        self.token_budget = min(ceilings) if ceilings else None
+        self.token_budget = smallest_ceiling(oma.max_token_budget, max_token_budget)
         self.trace_id = secrets.token_hex(16)
         self.coordinator_results: list[AgentRunResult] = []
         self._send = oma.progress_sender(on_progress)

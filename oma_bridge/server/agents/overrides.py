@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from oma_bridge.agent import AgentConfig
+from oma_bridge.agent.config import smallest_ceiling
 from oma_bridge.backends import text_only
 from oma_bridge.server.config import ServerSection
 from oma_bridge.server.profiles import Profile, profile_agent_config
@@ -64,11 +65,11 @@ def agent_config(
     if overrides.maxTurns is not None:
         update["max_turns"] = overrides.maxTurns
     if overrides.timeoutMs is not None:  # narrows the profile's limit, never widens it
-        limits = [t for t in (base.timeout_ms, overrides.timeoutMs) if t is not None]
-        update["timeout_ms"] = min(limits)
+        update["timeout_ms"] = smallest_ceiling(base.timeout_ms, overrides.timeoutMs)
     if overrides.maxTokenBudget is not None:
-        ceilings = [b for b in (base.max_token_budget, overrides.maxTokenBudget) if b is not None]
-        update["max_token_budget"] = min(ceilings)
+        update["max_token_budget"] = smallest_ceiling(
+            base.max_token_budget, overrides.maxTokenBudget
+        )
     backend: Any = base.backend
     if text_only(backend.kind):
         changes = {"labels": {**backend.labels, **labels}, **(backend_update or {})}
