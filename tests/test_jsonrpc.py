@@ -322,3 +322,39 @@ async def test_inline_methods_are_served_by_the_reader_in_wire_order() -> None:
         assert info.value.rpc_code == -32602
     served = [("quick", 0), ("quick", 1), ("quick", 2), ("bad", 9)]
     assert order == [f"{step} {m} {n}" for m, n in served for step in ("start", "end")]
+
+
+@pytest.mark.anyio
+async def test_when_settled_runs_at_the_answer_or_at_once_and_at_a_failure() -> None:
+    pipe = Pipe()
+    send_a, recv_a, send_b, recv_b = pipe.ends()
+
+    async def serve(method: str, params: Any) -> Any:
+        return method
+
+    async with Peer(send_a, recv_a) as client, Peer(send_b, recv_b, on_request=serve):
+        settled: list[str] = []
+        call = await client.start_request("first")
+        call.when_settled(lambda: settled.append("first"))
+        with anyio.fail_after(5):
+            assert await call.wait() == "first"
+        assert settled == ["first"]  # run by the reader as the answer came
+        call.when_settled(lambda: settled.append("again"))  # settled already: at once
+        assert settled == ["first", "again"]
+        never = await client.start_request("never")
+        never.when_settled(lambda: settled.append("withdrawn"))
+        await never.withdraw()
+        assert settled[-1] == "withdrawn"
+    failed = await _started_then_closed()
+    assert failed == ["closed"]
+
+
+async def _started_then_closed() -> list[str]:
+    """A call still pending when its peer ends: the failure settles it, callbacks run."""
+    pipe = Pipe()
+    send_a, recv_a, _send_b, _recv_b = pipe.ends()
+    seen: list[str] = []
+    async with Peer(send_a, recv_a) as client:
+        call = await client.start_request("never")
+        call.when_settled(lambda: seen.append("closed"))
+    return seen

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -17,7 +16,7 @@ import anyio.abc
 from oma_bridge.backends import PermissionHandler
 from oma_bridge.messages import LLMMessage
 from oma_bridge.results import AgentRunResult, StreamEvent
-from oma_bridge.waiting import Signal
+from oma_bridge.waiting import Handover
 
 if TYPE_CHECKING:
     from oma_bridge.agent.agent import Agent
@@ -80,58 +79,6 @@ class StreamOutcome:
 STREAM_BUFFER = 64
 
 
-class EventHandover:
-    """The bounded buffer between a stream's producer and its consumer.
-
-    An anyio memory stream checkpoints on every ``send`` and ``receive``: two
-    trips through the event loop per event, each with an async-library
-    look-up, which cost a third of a one-message-per-write ACP relay
-    (docs/benchmarks.md, "ACP relay, one message per write").  Here an event
-    is appended without a scheduling point while the buffer has room and
-    taken without one while events are ready; a side waits (on a
-    :class:`~oma_bridge.waiting.Signal`) only when it must: the consumer on
-    an empty buffer, the producer on a full one.
-    """
-
-    __slots__ = ("_changed", "_closed", "_events", "_limit")
-
-    def __init__(self, limit: int) -> None:
-        if limit < 0:
-            raise ValueError(f"buffer must be >= 0, got {limit}")
-        self._limit = limit
-        self._events: deque[StreamEvent] = deque()
-        self._closed = False
-        # One signal serves both sides: the consumer waits only on an empty
-        # buffer and the producer only on a full one, never both at once.
-        self._changed = Signal()
-
-    async def put(self, event: StreamEvent) -> None:
-        """Hand ``event`` over; wait while more than ``limit`` are untaken."""
-        self._events.append(event)
-        self._changed.notify()
-        while len(self._events) > self._limit:
-            await self._changed.wait()
-
-    def close(self, *, discard: bool = False) -> None:
-        """No more events: a waiting consumer ends once it has taken the rest
-        (at once with ``discard``, for a consumer that left)."""
-        self._closed = True
-        if discard:
-            self._events.clear()
-        self._changed.notify()
-
-    async def get(self) -> StreamEvent:
-        """The next event; :class:`anyio.EndOfStream` once closed and drained."""
-        events = self._events
-        while not events:
-            if self._closed:
-                raise anyio.EndOfStream
-            await self._changed.wait()
-        event = events.popleft()
-        self._changed.notify()  # room for a producer that waits
-        return event
-
-
 class RunStream:
     """The async iterator returned by :meth:`Agent.stream`.
 
@@ -168,7 +115,7 @@ class RunStream:
         self._meta = meta
         self._messages: list[LLMMessage] | None = messages
         self._outcome = StreamOutcome()
-        self._events = EventHandover(buffer)
+        self._events: Handover[StreamEvent] = Handover(buffer)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._error_seen = False
 
@@ -286,7 +233,7 @@ async def _produce(
     agent: Agent,
     messages: list[LLMMessage],
     run_id: str,
-    events: EventHandover,
+    events: Handover[StreamEvent],
     outcome: StreamOutcome,
     permission_handler: PermissionHandler | None,
     meta: Mapping[str, Any] | None = None,

@@ -29,9 +29,16 @@ Team runs (docs/contract.md §15, docs/teams.md) name daemon profiles::
 Hooks and permission prompts are plain callables: ``client.open(profile,
 before_run=fn, after_run=fn)`` and ``connect(permission_handler=fn)``; the
 client answers the daemon's ``hook/*`` and ``permission/request`` requests
-with them.  JSON-RPC errors raise: ``-32010`` as
-:class:`~oma_bridge.errors.InvalidMessageError`, every other code as
+with them.  Everything the client raises is a :class:`ClientError` (its docstring draws
+the tree): JSON-RPC errors raise ``-32010`` as
+:class:`RemoteInvalidMessageError` (an
+:class:`~oma_bridge.errors.InvalidMessageError`), every other code as
 :class:`DaemonError` carrying ``code`` and ``data``.
+
+The modules: ``discovery`` (where the daemon is), ``errors``, ``routes``
+(where the daemon's messages to a connection go), ``connection``
+(:func:`connect`, :class:`Client`), ``handles`` (:class:`RemoteAgent`,
+:class:`RemoteStream`, :class:`Watch`), ``teams``.
 """
 
 from __future__ import annotations
@@ -52,16 +59,19 @@ if TYPE_CHECKING:
         find_daemon,
     )
     from oma_bridge.client.errors import (
+        ClientError,
         ConnectOptionError,
         DaemonError,
         DaemonNotRunningError,
         DaemonTLSError,
         DaemonUnavailableError,
+        RemoteInvalidMessageError,
     )
     from oma_bridge.client.handles import (
         JournalEntry,
         RemoteAgent,
         RemoteStream,
+        Watch,
     )
     from oma_bridge.client.teams import (
         RemoteTeamRun,
@@ -71,6 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Client",
+    "ClientError",
     "ConnectOptionError",
     "DaemonError",
     "DaemonNotRunningError",
@@ -79,10 +90,12 @@ __all__ = [
     "Discovery",
     "JournalEntry",
     "RemoteAgent",
+    "RemoteInvalidMessageError",
     "RemoteStream",
     "RemoteTeamRun",
     "TeamResult",
     "TeamTaskResult",
+    "Watch",
     "client_ssl_context",
     "connect",
     "find_daemon",
@@ -95,6 +108,7 @@ __getattr__ = lazy_attributes(
     __name__,
     {
         "Client": "oma_bridge.client.connection",
+        "ClientError": "oma_bridge.client.errors",
         "ConnectOptionError": "oma_bridge.client.errors",
         "DaemonError": "oma_bridge.client.errors",
         "DaemonNotRunningError": "oma_bridge.client.errors",
@@ -103,10 +117,12 @@ __getattr__ = lazy_attributes(
         "Discovery": "oma_bridge.client.discovery",
         "JournalEntry": "oma_bridge.client.handles",
         "RemoteAgent": "oma_bridge.client.handles",
+        "RemoteInvalidMessageError": "oma_bridge.client.errors",
         "RemoteStream": "oma_bridge.client.handles",
         "RemoteTeamRun": "oma_bridge.client.teams",
         "TeamResult": "oma_bridge.client.teams",
         "TeamTaskResult": "oma_bridge.client.teams",
+        "Watch": "oma_bridge.client.handles",
         "client_ssl_context": "oma_bridge.client.connection",
         "connect": "oma_bridge.client.connection",
         "find_daemon": "oma_bridge.client.discovery",

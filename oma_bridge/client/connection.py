@@ -3,29 +3,29 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.abc import TaskGroup
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from oma_bridge._version import __version__
-from oma_bridge.callbacks import invoke
 from oma_bridge.client.discovery import find_daemon
 from oma_bridge.client.errors import (
     ConnectOptionError,
     DaemonNotRunningError,
     DaemonTLSError,
     DaemonUnavailableError,
-    raise_for,
+    client_error,
 )
-from oma_bridge.client.handles import JournalEntry, RemoteAgent, new_run_id
+from oma_bridge.client.handles import RemoteAgent, Watch, new_run_id
+from oma_bridge.client.routes import Routes
 from oma_bridge.client.teams import (
     OnDisconnect,
     RemoteTeamRun,
@@ -33,10 +33,11 @@ from oma_bridge.client.teams import (
     TeamResult,
     tasks_params,
     team_params,
+    team_request,
 )
 from oma_bridge.errors import WireError
-from oma_bridge.results import AgentRunResult, StreamEvent
-from oma_bridge.rpc import ConnectionClosedError, Peer, unwrap_single_error
+from oma_bridge.results import AgentRunResult
+from oma_bridge.rpc import ConnectionClosedError, Peer, PendingCall, unwrap_single_error
 from oma_bridge.wire.codes import PROTOCOL_VERSION
 
 if TYPE_CHECKING:  # the backends package (and the messages it brings) is not for clients
@@ -46,51 +47,68 @@ __all__ = ["Client", "client_ssl_context", "connect", "read_token_file"]
 
 
 class Client:
-    """One initialized connection to the daemon (use :func:`connect`)."""
+    """One initialized connection to the daemon (use :func:`connect`).
+
+    It is the :class:`~oma_bridge.client.routes.Channel` of the handles it
+    makes (:class:`RemoteAgent`, :class:`RemoteStream`, :class:`Watch`,
+    :class:`RemoteTeamRun`): they send through it and register in its
+    :attr:`routes` what they wait for.
+    """
 
     def __init__(
         self,
         peer: Peer,
-        permission_handler: PermissionHandler | None,
+        routes: Routes,
+        background: TaskGroup,
+        *,
         declare_hooks: Sequence[str] = ("beforeRun", "afterRun"),
-        elicitation_handler: ElicitationHandler | None = None,
+        connect_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.peer = peer
-        self.permission_handler = permission_handler
-        self.elicitation_handler = elicitation_handler
+        self.routes = routes
         self.declare_hooks = tuple(declare_hooks)
         self.server_info: dict[str, Any] = {}
         self.profiles: list[dict[str, Any]] = []
-        self._agents: dict[str, RemoteAgent] = {}
-        self._streams: dict[str, MemoryObjectSendStream[StreamEvent]] = {}
-        self._progress: dict[str, Callable[[dict[str, Any]], Any]] = {}
-        self._watches: dict[str, MemoryObjectSendStream[JournalEntry]] = {}
-        #: How :func:`connect` reached the daemon: what :meth:`watch` reconnects with.
-        self.connect_options: dict[str, Any] = {}
+        #: How :func:`connect` reached the daemon: what :meth:`reconnect` uses.
+        self.connect_options: dict[str, Any] = dict(connect_options or {})
+        self._background = background
+
+    @property
+    def permission_handler(self) -> PermissionHandler | None:
+        return self.routes.permission_handler
+
+    @property
+    def elicitation_handler(self) -> ElicitationHandler | None:
+        return self.routes.elicitation_handler
+
+    @property
+    def closed(self) -> anyio.Event:
+        """Set once the connection has ended."""
+        return self.peer.closed
 
     async def request(self, method: str, params: Any = None) -> Any:
+        """Send a request and wait for its result; an error answer raises a :class:`ClientError`."""
         try:
             return await self.peer.request(method, params)
         except WireError as error:
-            raise_for(error)
-            raise  # unreachable: _raise_for always raises
+            raise client_error(error) from None
 
-    async def _initialize(self, client_name: str) -> None:
-        capabilities: dict[str, Any] = {"hooks": list(self.declare_hooks)}
-        if self.permission_handler is not None:
-            capabilities["permissions"] = True
-        if self.elicitation_handler is not None:
-            capabilities["elicitation"] = True
-        answer = await self.request(
-            "initialize",
-            {
-                "protocolVersion": PROTOCOL_VERSION,
-                "clientInfo": {"name": client_name, "version": __version__},
-                "capabilities": capabilities,
-            },
-        )
-        self.server_info = dict(answer.get("serverInfo", {}))
-        self.profiles = list(answer.get("agents", []))
+    async def start_request(self, method: str, params: Any = None) -> PendingCall:
+        """Send a request; its answer comes through the :class:`PendingCall` returned."""
+        return await self.peer.start_request(method, params)
+
+    def start_soon(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``work`` in the background of the :func:`connect` block; it ends with the block."""
+        self._background.start_soon(work)
+
+    @contextlib.asynccontextmanager
+    async def reconnect(self) -> AsyncIterator[Client]:
+        """A connection of its own to the same daemon, made with :attr:`connect_options`."""
+        try:
+            async with connect(**self.connect_options) as client:
+                yield client
+        except ConnectionClosed as error:  # a send into a connection that just ended
+            raise ConnectionClosedError(str(error)) from None
 
     async def list_agents(self) -> list[dict[str, Any]]:
         return list((await self.request("agents/list"))["agents"])
@@ -112,9 +130,7 @@ class Client:
         if config:
             params["config"] = config
         answer = await self.request("agent/open", params)
-        agent = RemoteAgent(self, answer["agentId"], profile, before_run, after_run)
-        self._agents[agent.agent_id] = agent
-        return agent
+        return RemoteAgent(self, answer["agentId"], profile, before_run, after_run)
 
     async def attach(
         self,
@@ -126,9 +142,7 @@ class Client:
     ) -> RemoteAgent:
         """Become the hook owner of an agent opened earlier (after a reconnect)."""
         await self.request("agent/attach", {"agentId": agent_id})
-        agent = RemoteAgent(self, agent_id, profile, before_run, after_run)
-        self._agents[agent_id] = agent
-        return agent
+        return RemoteAgent(self, agent_id, profile, before_run, after_run)
 
     async def cancel(self, run_id: str) -> bool:
         return bool((await self.request("run/cancel", {"runId": run_id}))["cancelled"])
@@ -155,72 +169,12 @@ class Client:
         }
         if metadata is not None:
             params["metadata"] = dict(metadata)
-        if on_progress is not None:
-            self._progress[run_id] = on_progress
-        try:
+        with self.routes.progress(run_id, on_progress) if on_progress else nullcontext():
             return AgentRunResult.from_wire(await self.request("oma/runAgent", params))
-        finally:
-            self._progress.pop(run_id, None)
 
-    async def watch(
-        self, agent_id: str, *, after_seq: int | None = None, retry_s: float = 0.2
-    ) -> AsyncIterator[JournalEntry]:
-        """Follow ``agent_id``'s journal; see :meth:`RemoteAgent.watch`.
-
-        Each (re)connection is a connection of its own, made with this
-        client's :attr:`connect_options`.  An ``afterSeq`` the daemon no longer
-        holds raises :class:`DaemonError` (``CursorExpired``, with
-        ``oldestSeq`` in its data).
-        """
-        # The last seq yielded; from the first answer on, never None again: a
-        # reconnect must resume where the first watch began, not from "now".
-        cursor = [after_seq]
-        while True:
-            try:
-                with unwrap_single_error():
-                    async with (
-                        connect(**self.connect_options) as watcher,
-                        # Closed here, in this task: it holds a task group.
-                        contextlib.aclosing(watcher._watch_here(agent_id, cursor)) as items,
-                    ):
-                        async for item in items:
-                            cursor[0] = item.seq
-                            yield item
-            except (DaemonNotRunningError, ConnectionClosedError, ConnectionClosed, OSError):
-                await anyio.sleep(retry_s)  # the daemon restarts, or the network came back
-
-    async def _watch_here(
-        self, agent_id: str, cursor: list[int | None]
-    ) -> AsyncGenerator[JournalEntry, None]:
-        """One watch connection's entries; a ``None`` cursor becomes the answer's seq."""
-        send, receive = anyio.create_memory_object_stream[JournalEntry](math.inf)
-        self._watches[agent_id] = send
-        params: dict[str, Any] = {"agentId": agent_id}
-        if cursor[0] is not None:
-            params["afterSeq"] = cursor[0]
-        try:
-            call = await self.peer.start_request("agent/watch", params)
-
-            async def ended() -> None:
-                await self.peer.closed.wait()
-                send.close()
-
-            async with anyio.create_task_group() as tg, receive:
-                tg.start_soon(ended)
-                try:
-                    answer = await call.wait()
-                except ConnectionClosedError:
-                    raise  # dropped before the answer: Client.watch reconnects
-                except WireError as error:
-                    raise_for(error)
-                if cursor[0] is None:
-                    cursor[0] = int(answer["seq"])
-                async for item in receive:
-                    yield item
-                tg.cancel_scope.cancel()
-        finally:
-            self._watches.pop(agent_id, None)
-        raise ConnectionClosedError("the watch connection closed")
+    def watch(self, agent_id: str, *, after_seq: int | None = None, retry_s: float = 0.2) -> Watch:
+        """Follow ``agent_id``'s journal; see :class:`Watch` (and :meth:`RemoteAgent.watch`)."""
+        return Watch(self, agent_id, after_seq=after_seq, retry_s=retry_s)
 
     # -- team runs (docs/contract.md §15) -------------------------------------
 
@@ -242,7 +196,7 @@ class Client:
         runs.  Failed runs come back in the result (``success`` false).
         """
         params = tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
-        return await self._team_request("oma/runTasks", params, on_progress)
+        return await team_request(self, "oma/runTasks", params, on_progress)
 
     async def run_team(
         self,
@@ -262,7 +216,7 @@ class Client:
         make comes back as a failed result whose ``output`` says why.
         """
         params = team_params(agents, coordinator, goal, run_id, on_disconnect)
-        return await self._team_request("oma/runTeam", params, on_progress)
+        return await team_request(self, "oma/runTeam", params, on_progress)
 
     def tasks_run(
         self,
@@ -275,7 +229,7 @@ class Client:
     ) -> contextlib.AbstractAsyncContextManager[RemoteTeamRun]:
         """:meth:`run_tasks` as a :class:`RemoteTeamRun` whose progress you iterate."""
         params = tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
-        return self._team_run("oma/runTasks", params)
+        return RemoteTeamRun(self, "oma/runTasks", params)
 
     def team_run(
         self,
@@ -288,111 +242,25 @@ class Client:
     ) -> contextlib.AbstractAsyncContextManager[RemoteTeamRun]:
         """:meth:`run_team` as a :class:`RemoteTeamRun` whose progress you iterate."""
         params = team_params(agents, coordinator, goal, run_id, on_disconnect)
-        return self._team_run("oma/runTeam", params)
+        return RemoteTeamRun(self, "oma/runTeam", params)
 
-    async def _team_request(
-        self,
-        method: str,
-        params: dict[str, Any],
-        on_progress: Callable[[dict[str, Any]], Any] | None,
-    ) -> TeamResult:
-        run_id = params["runId"]
-        if on_progress is not None:
-            self._progress[run_id] = on_progress
-        try:
-            return TeamResult.from_wire(await self.request(method, params))
-        finally:
-            self._progress.pop(run_id, None)
 
-    @contextlib.asynccontextmanager
-    async def _team_run(self, method: str, params: dict[str, Any]) -> AsyncIterator[RemoteTeamRun]:
-        run = RemoteTeamRun(self, params["runId"])
-        self._progress[run.run_id] = run._send.send_nowait
-        try:
-            call = await self.peer.start_request(method, params)
-            with unwrap_single_error():
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(run._settle, call)
-                    try:
-                        yield run
-                    except BaseException:
-                        if not call.settled:
-                            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                                with contextlib.suppress(Exception):
-                                    await self.cancel(run.run_id)
-                                await call.withdraw()
-                        raise
-        finally:
-            self._progress.pop(run.run_id, None)
-            run._receive.close()
-        if run._error is not None and not run._asked:
-            raise run._error
-
-    # -- requests and notifications from the daemon -------------------------
-
-    async def _on_notification(self, method: str, params: Any) -> None:
-        if not isinstance(params, Mapping):
-            return
-        run_id = params.get("runId")
-        if method == "run/event" and run_id in self._streams:
-            event = params.get("event") or {}
-            data = event.get("data")
-            if event.get("type") == "done":
-                data = AgentRunResult.from_wire(data)
-            self._streams[run_id].send_nowait(StreamEvent(str(event.get("type")), data))  # type: ignore[arg-type]  # the daemon's word
-        elif method == "agent/event" and params.get("agentId") in self._watches:
-            watch = self._watches[str(params["agentId"])]
-            entry = params.get("entry")
-            if isinstance(entry, dict) and isinstance(params.get("seq"), int):
-                watch.send_nowait(JournalEntry(str(params["agentId"]), params["seq"], entry))
-        elif method == "oma/progress" and run_id in self._progress:
-            with contextlib.suppress(Exception):
-                await invoke(self._progress[run_id], params.get("event"))
-
-    async def _on_request(self, method: str, params: Any) -> Any:
-        if not isinstance(params, Mapping):
-            raise WireError(-32602, "params must be an object")
-        if method == "permission/request":
-            return await self._answer_permission(params)
-        if method == "elicitation/request" and self.elicitation_handler is not None:
-            from oma_bridge.backends import ElicitationRequest
-
-            asked = {k: v for k, v in params.items() if k not in ("agentId", "runId")}
-            run_id = params.get("runId")
-            request = ElicitationRequest(
-                str(params.get("agentId", "")), run_id if isinstance(run_id, str) else None, asked
-            )
-            return dict(await self.elicitation_handler(request))
-        agent = self._agents.get(str(params.get("agentId")))
-        if method == "hook/beforeRun" and agent is not None and agent.before_run is not None:
-            answer = await invoke(agent.before_run, params.get("context"))
-            if not isinstance(answer, Mapping):
-                raise WireError(-32603, "the beforeRun hook returned no object")
-            return {k: answer[k] for k in ("prompt", "messages") if k in answer}
-        if method == "hook/afterRun" and agent is not None and agent.after_run is not None:
-            result = await invoke(agent.after_run, AgentRunResult.from_wire(params.get("result")))
-            return {"result": result.to_wire()}
-        raise WireError(-32601, f"this client does not serve {method}")
-
-    async def _answer_permission(self, params: Mapping[str, Any]) -> Any:
-        if self.permission_handler is None:
-            return {"outcome": {"outcome": "cancelled"}}
-        from oma_bridge.backends import PermissionOption, PermissionRequest
-
-        request = PermissionRequest(
-            agent_name=str(params.get("agentId", "")),
-            run_id=str(params.get("runId", "")),
-            tool_call=dict(params.get("toolCall") or {}),
-            options=tuple(
-                PermissionOption(str(o.get("optionId")), str(o.get("name")), str(o.get("kind")))
-                for o in params.get("options") or ()
-                if isinstance(o, Mapping)
-            ),
-        )
-        choice = await self.permission_handler(request)
-        if choice is None:
-            return {"outcome": {"outcome": "cancelled"}}
-        return {"outcome": {"outcome": "selected", "optionId": choice}}
+async def _initialize(client: Client, client_name: str) -> None:
+    capabilities: dict[str, Any] = {"hooks": list(client.declare_hooks)}
+    if client.permission_handler is not None:
+        capabilities["permissions"] = True
+    if client.elicitation_handler is not None:
+        capabilities["elicitation"] = True
+    answer = await client.request(
+        "initialize",
+        {
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientInfo": {"name": client_name, "version": __version__},
+            "capabilities": capabilities,
+        },
+    )
+    client.server_info = dict(answer.get("serverInfo", {}))
+    client.profiles = list(answer.get("agents", []))
 
 
 def read_token_file(path: Path | str) -> str:
@@ -523,20 +391,19 @@ async def connect(
     except (OSError, ConnectionClosed) as error:
         raise DaemonNotRunningError(f"cannot connect to the daemon at {where}: {error}") from None
     async with websocket:
-        client: Client
 
         async def send(data: bytes) -> None:
             await websocket.send(data, text=True)  # the protocol is text frames only
 
+        routes = Routes(permission_handler, elicitation_handler)
         peer = Peer(
             send,
             _receiver(websocket),
-            on_request=lambda method, params: client._on_request(method, params),
-            on_notification=lambda method, params: client._on_notification(method, params),
+            on_request=routes.request,
+            on_notification=routes.notification,
             cancel_param="id",
         )
-        client = Client(peer, permission_handler, declare_hooks, elicitation_handler)
-        client.connect_options = {
+        options = {
             "socket": socket,
             "url": url,
             "token": token,
@@ -546,8 +413,20 @@ async def connect(
             "declare_hooks": declare_hooks,
         }
         async with peer:
-            await client._initialize(client_name)
-            yield client
+            with unwrap_single_error():
+                async with anyio.create_task_group() as background:
+                    client = Client(
+                        peer,
+                        routes,
+                        background,
+                        declare_hooks=declare_hooks,
+                        connect_options=options,
+                    )
+                    await _initialize(client, client_name)
+                    try:
+                        yield client
+                    finally:
+                        background.cancel_scope.cancel()  # the watches end with the block
 
 
 def _receiver(websocket: ClientConnection) -> Callable[[], Any]:

@@ -8,16 +8,40 @@ from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.wire.codes import INVALID_MESSAGE
 
 __all__ = [
+    "ClientError",
     "ConnectOptionError",
     "DaemonError",
     "DaemonNotRunningError",
     "DaemonTLSError",
     "DaemonUnavailableError",
-    "raise_for",
+    "RemoteInvalidMessageError",
+    "client_error",
 ]
 
 
-class DaemonNotRunningError(RuntimeError):
+class ClientError(Exception):
+    """The root of everything the client raises about the daemon or its own arguments::
+
+        ClientError
+        ├── ConnectOptionError          (also ValueError) arguments of connect() that cannot
+        │                               work: an unreadable token or CA file, a bad URL
+        ├── DaemonNotRunningError       (also RuntimeError) no daemon answers where the
+        │   │                           client looked (no discovery file, a dead pid, a
+        │   │                           refused connection)
+        │   ├── DaemonUnavailableError  it answered the connection with an HTTP error (401, 503)
+        │   └── DaemonTLSError          the TLS handshake failed (an untrusted certificate)
+        ├── DaemonError                 (also WireError) a JSON-RPC error answer: ``rpc_code``,
+        │                               ``message``, ``data`` (docs/contract.md §7)
+        └── RemoteInvalidMessageError   (also InvalidMessageError) the daemon refused the
+                                        input (-32010), as a local Agent would
+
+    The builtin second bases keep ``except ValueError`` / ``except
+    RuntimeError`` working, and ``except InvalidMessageError`` catches bad
+    input alike from a local :class:`~oma_bridge.Agent` and from the daemon.
+    """
+
+
+class DaemonNotRunningError(ClientError, RuntimeError):
     """No daemon answers where the discovery file says (or there is none)."""
 
 
@@ -29,18 +53,23 @@ class DaemonTLSError(DaemonNotRunningError):
     """The TLS handshake with the daemon failed (most often: its certificate is not trusted)."""
 
 
-class ConnectOptionError(ValueError):
+class ConnectOptionError(ClientError, ValueError):
     """Arguments of :func:`connect` that cannot work (an unreadable token or CA file, say)."""
 
 
-class DaemonError(WireError):
+class DaemonError(ClientError, WireError):
     """A JSON-RPC error answer from the daemon (see docs/contract.md §7)."""
 
 
-def raise_for(error: WireError) -> None:
-    if isinstance(error, DaemonError | InvalidMessageError):
-        raise error
+class RemoteInvalidMessageError(InvalidMessageError, ClientError):
+    """Input the daemon refused (-32010): an :class:`~oma_bridge.errors.InvalidMessageError`."""
+
+
+def client_error(error: WireError) -> ClientError:
+    """The client error for an error answer (or a connection that ended) of the daemon."""
+    if isinstance(error, ClientError):
+        return error
     if error.rpc_code == INVALID_MESSAGE:
         data = error.data if isinstance(error.data, Mapping) else {}
-        raise InvalidMessageError(str(data.get("message") or error.message)) from None
-    raise DaemonError(error.rpc_code, error.message, error.data) from None
+        return RemoteInvalidMessageError(str(data.get("message") or error.message))
+    return DaemonError(error.rpc_code, error.message, error.data)

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from types import TracebackType
+from typing import Any, Literal, Protocol, TypeAlias
 
 import anyio
 
-from oma_bridge.client.errors import raise_for
+from oma_bridge.client.errors import client_error
 from oma_bridge.client.handles import new_run_id
+from oma_bridge.client.routes import Channel, Route
 from oma_bridge.errors import WireError
 from oma_bridge.results import AgentRunResult, TokenUsage
 from oma_bridge.rpc import PendingCall
-
-if TYPE_CHECKING:
-    from oma_bridge.client.connection import Client
+from oma_bridge.waiting import Handover
 
 __all__ = [
     "OnDisconnect",
@@ -26,7 +28,11 @@ __all__ = [
     "TeamTaskResult",
     "tasks_params",
     "team_params",
+    "team_request",
 ]
+
+#: How long leaving a run's block with an error waits for its cancel.
+_STOP_GRACE_S = 5.0
 
 #: What a run does when its connection closes (``onDisconnect``).
 OnDisconnect: TypeAlias = Literal["cancel", "continue"]
@@ -121,21 +127,25 @@ class TeamResult:
 class RemoteTeamRun:
     """A team run in flight: its progress as an async iterator, then its result.
 
-    Made by :meth:`Client.tasks_run` / :meth:`Client.team_run` (async context
-    managers).  Leaving the block normally waits for the run's answer; leaving
-    it with an error (or a cancel) cancels the run (``run/cancel``: its tasks
-    end ``cancelled`` / ``skipped``, their processes ended) and stops waiting.
-    An error answer the block never asked for with :meth:`result` is raised
-    when it ends, so a refused run cannot pass unnoticed.
+    An async context manager, made by :meth:`Client.tasks_run` /
+    :meth:`Client.team_run`: entering sends the request.  Leaving the block
+    normally waits for the run's answer; leaving it with an error (or a
+    cancel) cancels the run (``run/cancel``: its tasks end ``cancelled`` /
+    ``skipped``, their processes ended) and stops waiting.  An error answer
+    the block never asked for with :meth:`result` is raised when it ends,
+    so a refused run cannot pass unnoticed.  No task waits for the answer:
+    the connection's reader hands the progress over and closes it when the
+    answer comes (the daemon sends every event before its answer).
     """
 
-    def __init__(self, client: Client, run_id: str) -> None:
+    def __init__(self, client: Channel, method: str, params: dict[str, Any]) -> None:
         self.client = client
-        self.run_id = run_id
-        self._send, self._receive = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
-        self._done = anyio.Event()
-        self._result: TeamResult | None = None
-        self._error: BaseException | None = None
+        self.run_id: str = params["runId"]
+        self._method = method
+        self._params = params
+        self._events: Handover[dict[str, Any]] = Handover(math.inf)
+        self._call: PendingCall | None = None
+        self._route: Route | None = None
         self._asked = False
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
@@ -144,36 +154,76 @@ class RemoteTeamRun:
         It ends when the run has answered (the daemon sends every event before
         its answer); a run refused at once (-32010, -32602) has no events.
         """
-        async for event in self._receive:
+        while True:
+            try:
+                event = await self._events.get()
+            except anyio.EndOfStream:
+                return
             yield event
 
     async def result(self) -> TeamResult:
         """The run's answer; raises :class:`InvalidMessageError` or :class:`DaemonError`."""
         self._asked = True
-        await self._done.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
+        return await self._answer()
 
     async def cancel(self) -> bool:
         """``run/cancel``: the running tasks end ``cancelled``, the rest ``skipped``."""
-        return await self.client.cancel(self.run_id)
+        return bool((await self.client.request("run/cancel", {"runId": self.run_id}))["cancelled"])
 
-    async def _settle(self, call: PendingCall) -> None:
-        # Never raises: an error leaving the block must be the block's own.
+    async def _answer(self) -> TeamResult:
+        if self._call is None:
+            raise RuntimeError("a team run answers inside its async with block")
         try:
-            self._result = TeamResult.from_wire(await call.wait())
+            answer = await self._call.wait()
         except WireError as error:
-            try:
-                raise_for(error)
-            except Exception as mapped:
-                self._error = mapped
-        except Exception as error:
-            self._error = error
+            raise client_error(error) from None
+        return TeamResult.from_wire(answer)
+
+    async def __aenter__(self) -> RemoteTeamRun:
+        if self._route is not None:
+            raise RuntimeError("a team run is entered once")
+        self._route = self.client.routes.progress(self.run_id, self._events.put)
+        try:
+            self._call = await self.client.start_request(self._method, self._params)
+        except BaseException:
+            self._route.close()
+            raise
+        self._call.when_settled(self._events.close)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        call = self._call
+        assert call is not None and self._route is not None
+        try:
+            if exc is None and self._asked:
+                with contextlib.suppress(WireError):  # the block had the answer to handle
+                    await call.wait()
+            elif exc is None:
+                await self._answer()
+            elif not call.settled:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_GRACE_S):
+                    with contextlib.suppress(Exception):
+                        await self.cancel()
+                    await call.withdraw()
         finally:
-            self._send.close()
-            self._done.set()
+            self._route.close()
+            self._events.close(discard=True)
+
+
+async def team_request(
+    client: Channel,
+    method: str,
+    params: dict[str, Any],
+    on_progress: Callable[[dict[str, Any]], Any] | None,
+) -> TeamResult:
+    """``oma/runTasks`` or ``oma/runTeam`` answered whole; its progress to ``on_progress``."""
+    with client.routes.progress(params["runId"], on_progress) if on_progress else nullcontext():
+        return TeamResult.from_wire(await client.request(method, params))
 
 
 def tasks_params(

@@ -109,19 +109,35 @@ class PendingCall:
         """Stop waiting without telling the peer."""
         self._peer.abandon(self.id)
 
+    def when_settled(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the answer (or a failure) has arrived; at once if it has.
+
+        For a handle that wakes its consumer at the answer without a task of
+        its own to wait for it (the client's streams).  The callback runs in
+        the task that settles the call (the reader): it must not block or raise.
+        """
+        if self.settled:
+            callback()
+        else:
+            self._waiter.callbacks.append(callback)
+
 
 class _Waiter:
-    __slots__ = ("done", "error", "result")
+    __slots__ = ("callbacks", "done", "error", "result")
 
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.callbacks: list[Callable[[], None]] = []
 
     def settle(self, result: Any = None, error: BaseException | None = None) -> None:
         if not self.done.is_set():
             self.result, self.error = result, error
             self.done.set()
+            callbacks, self.callbacks = self.callbacks, []
+            for callback in callbacks:
+                callback()
 
 
 async def _method_not_found(method: str, params: Any) -> Any:

@@ -15,9 +15,9 @@ import anyio
 import pytest
 
 from oma_bridge.agent import Agent, AgentConfig
-from oma_bridge.agent.stream import EventHandover
 from oma_bridge.backends import Backend, BackendKind, BackendOutcome, RunContext
 from oma_bridge.results import StreamEvent, TokenUsage
+from oma_bridge.waiting import Handover as EventHandover
 
 pytestmark = pytest.mark.anyio
 
