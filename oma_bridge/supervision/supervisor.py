@@ -56,7 +56,13 @@ import anyio.to_thread
 import psutil
 
 from oma_bridge.observe import report
-from oma_bridge.private_files import make_private_folder, open_private
+from oma_bridge.private_files import (
+    NotPrivateError,
+    check_private,
+    make_private_folder,
+    open_checked,
+    open_private,
+)
 from oma_bridge.supervision import watchdog as _watchdog
 from oma_bridge.supervision.exits import exit_parts
 from oma_bridge.supervision.pipes import (
@@ -644,13 +650,54 @@ def reap_leftovers(state_dir: Path) -> int:
 
     Reads every state file in ``state_dir`` whose watchdog is gone, SIGKILLs
     the groups it lists whose leader still has the recorded start time and
-    every process carrying that daemon's tag, and deletes the file.  Returns
-    the number of state files reaped.  Blocking (a ``/proc`` scan): call it
-    at start-up, before serving.
+    carries that daemon's tag, and every process carrying the tag, and
+    deletes the file.  Returns the number of state files reaped.  Blocking
+    (a ``/proc`` scan): call it at start-up, before serving.
+
+    A record is believed only if nobody else could have written it
+    (docs/security.md): the folder must be the user's and writable by nobody
+    else, the file a regular file of the user's, writable by nobody else,
+    and named after the owner it records.  Anything else is skipped with a
+    warning naming it, and so is a listed group whose leader lives untagged.
     """
     if not state_dir.is_dir():
         return 0
-    return _watchdog.reap_state_dir(state_dir)
+    try:
+        check_private(state_dir.stat(), state_dir, folder=True, forbidden=_WRITABLE_BY_OTHERS)
+    except NotPrivateError as error:
+        logger.warning("skipped the crash records of a state folder others can write: %s", error)
+        return 0
+    reaped = 0
+    for path in sorted(state_dir.glob("*" + _watchdog.STATE_SUFFIX)):
+        record = _trusted_record(path)
+        if record is None or record.watchdog_alive():
+            continue
+        for pgid in record.reap():
+            logger.warning(
+                "crash record %s: process group %d does not carry its daemon's tag; left alone",
+                path,
+                pgid,
+            )
+        with contextlib.suppress(OSError):
+            path.unlink()
+        reaped += 1
+    return reaped
+
+
+#: What a crash record and its folder must not have: write access for group or others.
+_WRITABLE_BY_OTHERS = 0o022
+
+
+def _trusted_record(path: Path) -> _watchdog.CrashRecord | None:
+    """The record in ``path`` if it can be trusted and read, else ``None`` (and a warning)."""
+    try:
+        fd = open_checked(path, forbidden=_WRITABLE_BY_OTHERS)
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as file:
+            text = file.read()
+        return _watchdog.parse_record(text, path)
+    except (OSError, ValueError) as error:
+        logger.warning("skipped a crash record: %s", error)
+        return None
 
 
 def _audited(labels: Mapping[str, str] | None) -> dict[str, str]:

@@ -12,8 +12,10 @@ This file runs two ways, and so imports nothing but the standard library:
   the state file (0600, in a private folder) and hands it over open, as
   descriptor ``<fd>``.
 * as a **module**, imported by :mod:`oma_bridge.supervision.supervisor` for
-  :func:`kill_tagged` and :func:`reap_state_dir`, used at start-up to reap
-  what an earlier daemon left behind when its watchdog died with it.
+  :func:`kill_tagged` and :func:`parse_record` (a :class:`CrashRecord`),
+  used at start-up to reap what an earlier daemon left behind when its
+  watchdog died with it (``reap_leftovers``, which decides first whether
+  the file can be trusted).
 
 The tag: every supervised child gets ``OMA_BRIDGE_SUPERVISOR_TAG=<owner>.<n>``
 in its environment, which its descendants inherit, including the ones that
@@ -27,10 +29,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import string
 import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 TAG_VARIABLE = "OMA_BRIDGE_SUPERVISOR_TAG"
 STATE_SUFFIX = ".state"
@@ -137,59 +141,99 @@ def kill_groups(groups: Iterable[tuple[int, int]]) -> None:
                 os.killpg(pgid, signal.SIGKILL)
 
 
-def reap_everything(owner: str, groups: Iterable[tuple[int, int]]) -> None:
-    """Kill the registered groups, then every tagged process until none is left.
+def kill_tagged_groups(groups: Iterable[tuple[int, int]], owner: str) -> list[int]:
+    """SIGKILL each group whose leader is still the recorded process and carries ``owner``'s tag.
 
-    A few rounds, because a tagged process may fork between the scan that
-    missed its child and the signal that ended it.
+    For a record read back from disk: a group id is killed only if its
+    leader has the recorded start time *and* the owner's tag, so a record
+    naming someone else's group (or a group whose leader has become another
+    program's) harms nothing.  Returns the ids of the groups left alone
+    because their leader lives untagged.
     """
-    kill_groups(groups)
+    untagged = []
+    for pgid, started in groups:
+        if start_time(pgid) != started:
+            continue  # gone, or a recycled pid
+        tag = _tag_of(pgid)
+        if tag is None or not tag.startswith(owner + "."):
+            untagged.append(pgid)
+            continue
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+    return untagged
+
+
+def _kill_tagged_until_none(owner: str) -> None:
+    """A few rounds, because a tagged process may fork between the scan that
+    missed its child and the signal that ended it."""
     for _ in range(5):
         if not kill_tagged(owner + "."):
             return
         time.sleep(0.05)
 
 
-def _read_state(path: Path) -> tuple[str, tuple[int, int] | None, dict[int, int]]:
-    """``(owner, (watchdog pid, start time) or None, {pgid: start time})``."""
-    lines = path.read_text().splitlines()
-    if not lines or lines[0] != _STATE_MAGIC or len(lines) < 3:
-        raise ValueError(f"not a supervisor state file: {path}")
-    owner = lines[1].removeprefix("owner ")
-    pid, started = (int(part) for part in lines[2].removeprefix("watchdog ").split())
-    groups: dict[int, int] = {}
-    for line in lines[3:]:
-        if line.startswith("+"):
-            pgid, pgid_started = (int(part) for part in line[1:].split())
-            groups[pgid] = pgid_started
-        elif line.startswith("-"):
-            groups.pop(int(line[1:]), None)
-    return owner, (pid, started), groups
+def reap_everything(owner: str, groups: Iterable[tuple[int, int]]) -> None:
+    """The watchdog's last act: kill the registered groups, then every tagged process.
 
-
-def reap_state_dir(state_dir: Path) -> int:
-    """Reap the children of every dead supervisor recorded in ``state_dir``.
-
-    A state file whose watchdog still runs belongs to a live daemon and is
-    left alone.  Returns the number of state files reaped.
+    The groups came down the supervisor's own pipe, so the leader's start
+    time is the only check (a leader may have cleared its environment).
     """
-    reaped = 0
-    for path in sorted(state_dir.glob("*" + STATE_SUFFIX)):
-        try:
-            owner, watchdog, groups = _read_state(path)
-        except (OSError, ValueError):
-            continue
-        if watchdog is not None and _running(*watchdog):
-            continue
-        reap_everything(owner, groups.items())
-        with contextlib.suppress(OSError):
-            path.unlink()
-        reaped += 1
-    return reaped
+    kill_groups(groups)
+    _kill_tagged_until_none(owner)
+
+
+class CrashRecord(NamedTuple):
+    """A state file read back: whose it was, its watchdog, the groups it had live."""
+
+    owner: str
+    #: The watchdog's pid and start time.
+    watchdog: tuple[int, int]
+    #: ``{pgid: leader start time}``.
+    groups: dict[int, int]
+
+    def watchdog_alive(self) -> bool:
+        """Whether its watchdog still runs: then it belongs to a live daemon."""
+        return _running(*self.watchdog)
+
+    def reap(self) -> list[int]:
+        """End what its dead daemon left: :func:`kill_tagged_groups`, then every tagged
+        process; returns the groups left alone because untagged."""
+        untagged = kill_tagged_groups(self.groups.items(), self.owner)
+        _kill_tagged_until_none(self.owner)
+        return untagged
+
+
+def parse_record(text: str, path: Path) -> CrashRecord:
+    """The :class:`CrashRecord` that ``text`` (the content of ``path``) holds.
+
+    :class:`ValueError` naming ``path`` unless it is one: the header, an
+    owner of the supervisor's shape (16 hex digits) that the file is named
+    after, and ``+pgid start`` / ``-pgid`` lines.
+    """
+    lines = text.splitlines()
+    if len(lines) < 3 or lines[0] != _STATE_MAGIC:
+        raise ValueError(f"{path} is not a supervisor state file")
+    owner = lines[1].removeprefix("owner ")
+    if not (len(owner) == 16 and all(char in string.hexdigits for char in owner)):
+        raise ValueError(f"{path} names no supervisor owner")
+    if path.name != owner + STATE_SUFFIX:
+        raise ValueError(f"{path} records the owner {owner}, not the one it is named after")
+    try:
+        pid, started = (int(part) for part in lines[2].removeprefix("watchdog ").split())
+        groups: dict[int, int] = {}
+        for line in lines[3:]:
+            if line.startswith("+"):
+                pgid, pgid_started = (int(part) for part in line[1:].split())
+                groups[pgid] = pgid_started
+            elif line.startswith("-"):
+                groups.pop(int(line[1:]), None)
+    except ValueError:
+        raise ValueError(f"{path} is not a supervisor state file") from None
+    return CrashRecord(owner, (pid, started), groups)
 
 
 class _StateFile:
-    """The append-only log of live groups that :func:`reap_state_dir` replays."""
+    """The append-only log of live groups that ``reap_leftovers`` replays."""
 
     def __init__(self, path: Path, fd: int, owner: str) -> None:
         self._path = path
