@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oma_bridge.redaction import REDACTED, redact
+from oma_bridge.redaction import REDACTED, add_secrets, holding_secret, redact
 
 
 def test_the_reference_case() -> None:
@@ -150,3 +150,63 @@ def test_hostile_quoted_values_are_still_redacted() -> None:
     assert redact('password="' + "\\" * 40 + '"') == "password=[redacted]"
     assert redact('password="abc\\"') == "password=[redacted]"  # a stray final backslash
     assert redact('"password": "' + "\\" * 40 + '"') == '"password": "[redacted]"'
+
+
+# --- the daemon's own words, and the literal values of its secrets (issue 22, 23) ----
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no API key: the environment variable X is not set",
+        'Agent "claude": no API key: the environment variable ANTHROPIC_API_KEY '
+        "(api_key_env) is not set",
+        "password: is wrong",
+        "Password:  Is wrong",
+        "config.toml: agents.claude.api_key_env: expected a string, got an integer",
+        "secret: Hunter two words",
+    ],
+)
+def test_a_sentence_after_a_colon_is_the_daemons_words(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("token: expired", "token: [redacted]"),  # one word is a value, not a sentence
+        ("password: hunter2 is mine", "password: [redacted] is mine"),
+        ("api_key: abcdefgh", "api_key: [redacted]"),
+        ('password: "two words"', "password: [redacted]"),
+    ],
+)
+def test_a_value_after_a_colon_is_still_redacted(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+KEY = "Zq7vN2pL9wXc4RtY8mKd"  # no prefix any pattern knows
+
+
+def test_the_value_of_a_known_key_variable_is_blanked_whatever_its_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert redact(f"using {KEY}") == f"using {KEY}"
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)  # known, though no profile names it
+    assert redact(f"using {KEY}, again {KEY}.") == "using [redacted], again [redacted]."
+    monkeypatch.setenv("GEMINI_API_KEY", "short")  # too short to be told from a word
+    assert redact("a short story") == "a short story"
+
+
+def test_added_variables_and_held_values_are_blanked(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "OMAB_TEST_REDACTION_VARIABLE"
+    monkeypatch.setenv(name, KEY)
+    assert redact(KEY) == KEY
+    add_secrets(variables=[name])
+    assert redact(f"x{KEY}y") == "x[redacted]y"
+    token = "t" * 20 + "Q" * 20
+    with holding_secret(token):
+        assert redact(f"token {token}") == "token [redacted]"
+    assert redact(f"token {token}") == f"token {token}"  # the daemon stopped
+    # One value inside another: the longer goes first, leaving no tail behind.
+    add_secrets(values=[KEY + "-suffix-part"])
+    assert redact(f"{KEY}-suffix-part") == REDACTED

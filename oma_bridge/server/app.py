@@ -35,6 +35,7 @@ import anyio
 import anyio.abc
 
 from oma_bridge.paths import default_runtime_dir
+from oma_bridge.redaction import holding_secret
 from oma_bridge.server.auth import RequestPolicy, load_token
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.discovery import remove_discovery, write_discovery
@@ -143,7 +144,8 @@ async def serve(
     }
     folder = settings.discovery_dir
     listeners: list[Listener] = []
-    with hold_runtime_dir(folder, own=folder == default_runtime_dir()):
+    # The token is blanked out of every log line, message and file while it serves.
+    with holding_secret(token), hold_runtime_dir(folder, own=folder == default_runtime_dir()):
         try:
             if settings.socket is not None:
                 listeners.append(

@@ -355,6 +355,32 @@ class ServerConfig(_Frozen):
                     names.add(name)
         return frozenset(names)
 
+    def redacted_variables(self) -> frozenset[str]:
+        """The variables whose values redaction blanks (docs/security.md).
+
+        :meth:`secret_variables`, every name of a ``pass_env`` (a secret the
+        profile lets through is still a secret), and the provider key
+        variables the daemon knows of, whichever profile uses them.
+        """
+        from oma_bridge.provider_keys import KNOWN_KEY_VARIABLES
+
+        names = set(self.secret_variables() | KNOWN_KEY_VARIABLES)
+        for profile in self.agents.values():
+            if not isinstance(profile, LlmProfile):
+                names.update(profile.pass_env)
+        return frozenset(names)
+
+    def redacted_values(self) -> list[str]:
+        """The literal values a profile's ``env`` gives one of :meth:`redacted_variables`."""
+        names = self.redacted_variables()
+        return [
+            value
+            for profile in self.agents.values()
+            if not isinstance(profile, LlmProfile)
+            for name, value in (profile.env or {}).items()
+            if name in names
+        ]
+
 
 _KINDS = ("llm", "process", "acp")
 

@@ -36,6 +36,7 @@ import anyio.to_thread
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.private_files import NotPrivateError, make_private_folder, open_private
+from oma_bridge.redaction import add_secrets
 from oma_bridge.rpc import unwrap_single_error
 from oma_bridge.server.acp.facade import AcpFacade
 from oma_bridge.server.agents.service import AgentService
@@ -110,6 +111,7 @@ class LiveConfig:
             logger.error("config reload failed; keeping the current config: %s", error)
             self.notifier.ready("config reload failed; serving the previous config")
             return False
+        _redact_secrets_of(loaded)
         self._apply(loaded)
         return True
 
@@ -207,6 +209,11 @@ class _Lifecycle:
             self.live.notifier.stopping()
 
 
+def _redact_secrets_of(config: ServerConfig) -> None:
+    """Let redaction blank the values of ``config``'s key variables (docs/security.md)."""
+    add_secrets(variables=config.redacted_variables(), values=config.redacted_values())
+
+
 def _check_state_dir(state_dir: Path) -> None:
     """Refuse to start when the state folder is not private or cannot take a byte.
 
@@ -255,6 +262,7 @@ async def run_daemon(
     """
     if config_path is None and config.source != EMBEDDED_SOURCE:
         config_path = config.source
+    _redact_secrets_of(config)
     state_dir = state_dir or default_state_dir()
     _check_state_dir(state_dir)
     reaped = reap_leftovers(state_dir)

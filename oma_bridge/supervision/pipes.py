@@ -47,7 +47,12 @@ class StderrTail:
         """The tail decoded, trimmed and redacted (``""`` when empty)."""
         data = bytes(self._buffer)
         if len(data) == self.limit:
-            # The cut may have split a character: drop its continuation bytes.
+            # The cut may have split a line, and in it a secret whose end alone
+            # redaction could not tell: the tail starts at the next whole line.
+            newline = data.find(b"\n")
+            if 0 <= newline < len(data) - 1:
+                data = data[newline + 1 :]
+            # Or, with no whole line left, a character: drop its continuation bytes.
             data = data.lstrip(_CONTINUATION_BYTES)
         return redact(data.decode("utf-8", "replace").strip())
 

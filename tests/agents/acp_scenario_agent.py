@@ -330,6 +330,17 @@ class ScenarioAgent:
         os.write(2, b"fatal: boom with password=hunter2\n")
         os._exit(3)
 
+    async def do_leak(self, sid: str, text: str, rest: str) -> Any:
+        """Print the values of the variables ``rest`` names on stdout (not JSON) and
+        stderr, as a careless agent does, then die."""
+        await self._say(sid, "leaking")
+        await asyncio.sleep(0.1)  # the frame above is out: the line below is one of its own
+        for name in rest.split():
+            os.write(1, f"{os.environ[name]}\n".encode())
+            os.write(2, f"debug: using {os.environ[name]}\n".encode())
+        await asyncio.sleep(0.2)  # let the daemon read both before the pipes close
+        os._exit(3)
+
     async def do_error(self, sid: str, text: str, rest: str) -> Any:
         raise RequestError.internal_error({"why": "scripted"})
 

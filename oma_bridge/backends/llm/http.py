@@ -15,8 +15,9 @@ Both HTTP adapters (Anthropic, OpenAI-compatible) go through
   live stream runs on.
 * **Secrets**: the API key is read when a request is made, from the variable
   the config names; it travels only in a header.  Every provider text that
-  reaches an error goes through :func:`~oma_bridge.redaction.redact` and has
-  the key's value blanked, whatever its shape.
+  reaches an error goes through :func:`~oma_bridge.redaction.redact`, which
+  knows the key's variable (added when the client is made) and blanks its
+  value, whatever its shape.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import orjson
 from oma_bridge.backends.llm.sse import SSEEvent, aiter_sse
 from oma_bridge.backends.llm.types import StreamDelta
 from oma_bridge.errors import LLMCallTimeoutError, ProviderError, is_retryable
-from oma_bridge.redaction import REDACTED, redact
+from oma_bridge.redaction import add_secrets, redact
 
 __all__ = ["ApiKey", "ProviderHTTP", "RetryPolicy"]
 
@@ -155,6 +156,7 @@ class ProviderHTTP:
         self.provider = provider
         self.label = label
         self.key = key
+        add_secrets(variables=[key.env_var])
         self.call_timeout_s = call_timeout_s
         self.retry = retry
         self._client: httpx.AsyncClient | None = None
@@ -287,18 +289,12 @@ class ProviderHTTP:
         return raw[:_BODY_SNIPPET].decode("utf-8", "replace").strip()
 
     def error(self, detail: str, *, http_status: int | None = None) -> ProviderError:
-        """A :class:`ProviderError` with ``detail`` redacted and the key blanked."""
+        """A :class:`ProviderError` with ``detail`` redacted (the key's value included)."""
         return ProviderError(
-            self.scrub(f"{self.label} API error: {detail}"),
+            redact(f"{self.label} API error: {detail}"),
             http_status=http_status,
             provider=self.provider,
         )
-
-    def scrub(self, text: str) -> str:
-        key = os.environ.get(self.key.env_var)
-        if key:
-            text = text.replace(key, REDACTED)
-        return redact(text)
 
     def _timeout(self, *, stalled: bool = False) -> LLMCallTimeoutError:
         ms = round(self.call_timeout_s * 1000)
