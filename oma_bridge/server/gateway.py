@@ -8,9 +8,11 @@ matches the client's answers to the daemon's own requests.
 
 On top of it, :class:`Gateway` enforces the lifecycle of docs/contract.md §3: the
 first request must be ``initialize`` (anything else gets -32002 and the
-connection stays open), a second ``initialize`` gets -32600, an unsupported
-``protocolVersion`` gets -32003 with ``{"supported": [1]}``.  Then it looks
-methods up in the :class:`~oma_bridge.server.methods.MethodRegistry`.
+connection stays open, for ``send_timeout_s`` at most: a connection that
+has not initialized by then is closed with 1008), a second ``initialize``
+gets -32600, an unsupported ``protocolVersion`` gets -32003 with
+``{"supported": [1]}``.  Then it looks methods up in the
+:class:`~oma_bridge.server.methods.MethodRegistry`.
 
 When the socket closes, every request still being served is cancelled (a run
 started by this connection ends) and the session's close callbacks run.
@@ -140,6 +142,7 @@ class Gateway:
         # Sends are one at a time (the peer's lock), so one clock says how long
         # the send in progress has been blocked; a watchdog per connection
         # reads it, which costs far less than a deadline armed for every frame.
+        # The same watchdog closes a connection that never sends ``initialize``.
         writer = FrameWriter(ws)
         stopped_reading = False
 
@@ -154,11 +157,23 @@ class Gateway:
         async def send_notification(data: bytes) -> None:
             await send(data, hold=True)
 
-        async def watch_sends() -> None:
+        opened = time.monotonic()
+
+        async def watch() -> None:
             nonlocal stopped_reading
             interval = min(1.0, send_timeout / 4)
             while True:
                 await anyio.sleep(interval)
+                if not session.initialized and time.monotonic() - opened > send_timeout:
+                    # Authenticated but silent: it must not hold one of the
+                    # max_connections slots for ever.
+                    logger.info(
+                        "connection %s sent no initialize within %gs; closing it (1008)",
+                        session_id,
+                        send_timeout,
+                    )
+                    await ws.close(CloseCode.POLICY_VIOLATION, "no initialize in time")
+                    return
                 since = writer.blocked_since
                 if since is not None and time.monotonic() - since > send_timeout:
                     # A client that stops reading must not hold the daemon's memory.
@@ -192,7 +207,7 @@ class Gateway:
         logger.info("connection %s opened on the %s listener", session_id, listener)
         try:
             async with peer, anyio.create_task_group() as tasks:
-                tasks.start_soon(watch_sends)
+                tasks.start_soon(watch)
                 session.task_group = tasks
                 await peer.closed.wait()
                 tasks.cancel_scope.cancel()

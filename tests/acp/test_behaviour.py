@@ -105,6 +105,17 @@ async def test_fs_outside_cwd_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "evil.txt").exists()
 
 
+async def test_a_path_with_a_nul_byte_is_invalid_params(tmp_path: Path) -> None:
+    # It once reached realpath, which raised: -32603 and a traceback in the log.
+    config = scenario_config(tmp_path)
+    path = f"{tmp_path}/a\0b.txt"
+    for prompt in (f"fs {path}", f"fswrite {path} x"):
+        outcome, _ = await _one(config, prompt)
+        assert outcome.output.startswith("error:-32602:path must not contain a NUL byte"), (
+            outcome.output
+        )
+
+
 async def test_client_served_fs_and_terminals_fall_back_to_the_host_in_library_use(
     tmp_path: Path,
 ) -> None:

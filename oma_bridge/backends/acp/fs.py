@@ -35,6 +35,8 @@ def confine(root: Path, raw: object, who: Mapping[str, str] | None = None) -> Pa
     """
     if not isinstance(raw, str) or not raw:
         raise WireError(INVALID_PARAMS, "path must be a non-empty string")
+    if "\0" in raw:  # no file has one; realpath would raise on it
+        raise WireError(INVALID_PARAMS, f"path must not contain a NUL byte: {raw!r}")
     if not Path(raw).is_absolute():
         raise WireError(INVALID_PARAMS, f"path must be absolute: {raw}")
     real = Path(os.path.realpath(raw))
