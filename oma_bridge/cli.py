@@ -434,13 +434,15 @@ async def _ui(args: argparse.Namespace) -> int:
     own (0600) that forwards to it.
     """
     from oma_bridge.client import ConnectOptionError, find_daemon, read_token_file
+    from oma_bridge.client.discovery import url_from_environment
     from oma_bridge.paths import default_runtime_dir
 
     token = read_token_file(args.token_file) if args.token_file is not None else None
-    if args.url is not None:
+    url: str | None = url_from_environment(args.url)
+    if url is not None:
         if token is None:
             raise ConnectOptionError("--url needs --token-file: the link carries the token")
-        url, folder = args.url, default_runtime_dir()
+        folder = default_runtime_dir()
     else:
         discovery = find_daemon()
         url, folder, token = discovery.url, discovery.path.parent, token or discovery.token

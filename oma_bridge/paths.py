@@ -1,4 +1,4 @@
-"""Where the daemon's files live by default: its socket, discovery file and state folder.
+"""Where the daemon's files live by default: its socket, discovery file, state folder, config.
 
 Shared by the daemon and its clients (which find it through the discovery file).
 """
@@ -12,9 +12,13 @@ __all__ = [
     "DISCOVERY_NAME",
     "LOCK_NAME",
     "SOCKET_NAME",
+    "SYSTEM_ROOT_VARIABLE",
+    "default_config_path",
     "default_runtime_dir",
     "default_socket_path",
     "default_state_dir",
+    "fallback_runtime_dir",
+    "system_path",
 ]
 
 SOCKET_NAME = "bridge.sock"
@@ -23,12 +27,29 @@ DISCOVERY_NAME = "bridge.json"
 LOCK_NAME = "bridge.lock"
 
 
+#: For tests: the fixed system folders (``/run/user/$UID``, ``/tmp/oma-bridge-$UID``)
+#: are taken under this folder instead of ``/`` (docs/client.md, "Finding the daemon"),
+#: so that a test makes its own and never meets the machine's.
+SYSTEM_ROOT_VARIABLE = "OMA_BRIDGE_SYSTEM_ROOT"
+
+
+def system_path(path: str) -> Path:
+    """The absolute ``path``, under ``$OMA_BRIDGE_SYSTEM_ROOT`` when that is set."""
+    root = os.environ.get(SYSTEM_ROOT_VARIABLE)
+    return Path(root.rstrip("/") + path) if root else Path(path)
+
+
+def fallback_runtime_dir() -> Path:
+    """``/tmp/oma-bridge-$UID``: the daemon's folder when ``XDG_RUNTIME_DIR`` is not set."""
+    return system_path(f"/tmp/oma-bridge-{os.getuid()}")
+
+
 def default_runtime_dir() -> Path:
     """``$XDG_RUNTIME_DIR/oma-bridge``, else ``/tmp/oma-bridge-$UID``."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
         return Path(runtime) / "oma-bridge"
-    return Path(f"/tmp/oma-bridge-{os.getuid()}")
+    return fallback_runtime_dir()
 
 
 def default_socket_path() -> Path:
@@ -40,3 +61,9 @@ def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/oma-bridge``, else ``~/.local/state/oma-bridge``."""
     state = os.environ.get("XDG_STATE_HOME")
     return (Path(state) if state else Path.home() / ".local" / "state") / "oma-bridge"
+
+
+def default_config_path() -> Path:
+    """``$XDG_CONFIG_HOME/oma-bridge/config.toml`` (``~/.config/...`` without the variable)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "oma-bridge" / "config.toml"

@@ -14,9 +14,12 @@ came, its lines in one write.  It is the daemon that joins, and only
 messages that were waiting anyway; a daemon that selects ``acp.v1`` sends
 one message per frame, and each gets its newline here.
 
-The daemon is found through its discovery file (or ``--url``).  When none
-answers, the shim starts one (``oma-bridge serve``, in a session of its own,
-logging to ``<state>/daemon.log``) and waits for it, unless
+The daemon is found as PROTOCOL §18.2 says (``--url`` or ``$OMA_BRIDGE_URL``,
+else the discovery files in order: :mod:`oma_bridge.client.discovery`, the
+lookup the command line and the client share).  When none answers anywhere,
+the shim starts one (``oma-bridge serve``, in a session of its own, logging
+to ``<state>/daemon.log``), waits for it and says on stderr, in one line,
+which daemon it started (its pid, config and discovery file), unless
 ``--no-autostart`` is given: then it answers the client's first request with
 an error that names the cause.  Closing stdin ends the shim and only
 detaches its sessions; the daemon and its agents go on.  Answers to requests
@@ -38,13 +41,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from oma_bridge.paths import DISCOVERY_NAME, default_runtime_dir, default_state_dir
+from oma_bridge.client.discovery import Discovery, find_daemons, url_from_environment
+from oma_bridge.paths import default_config_path, default_state_dir
 from oma_bridge.private_files import make_private_folder, open_private
 from oma_bridge.wire.acp_lines import ACP_LINES_SUBPROTOCOL
 
@@ -72,49 +77,10 @@ def _say(message: str) -> None:
     print(f"oma-bridge acp: {message}", file=sys.stderr, flush=True)
 
 
-def _discovery() -> dict[str, Any]:
-    path = default_runtime_dir() / DISCOVERY_NAME
+async def _upgrade(opening: Awaitable[ClientConnection], profile: str) -> ClientConnection:
+    """The websocket of ``opening``; else :class:`Refused` or :class:`Unreachable`, saying why."""
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise Unreachable(f"no daemon is running (no {path})") from None
-    except (OSError, ValueError) as error:
-        raise Unreachable(f"cannot read {path}: {error}") from None
-    if not isinstance(data, dict):
-        raise Unreachable(f"{path} is not a discovery file")
-    return data
-
-
-async def _open(
-    profile: str, url: str | None, token: str | None, ca_file: Path | None
-) -> ClientConnection:
-    """The websocket to ``/acp/<profile>`` of the daemon named by ``url`` or the discovery file."""
-    path = f"/acp/{profile}"
-    options: dict[str, Any] = {
-        "compression": None,
-        "max_size": None,
-        "open_timeout": 10,
-        # acp-lines first: the daemon selects the first it knows (D24).
-        "subprotocols": [ACP_LINES_SUBPROTOCOL, "acp.v1"],
-    }
-    try:
-        if url is not None:
-            target = url.rstrip("/") + path
-            if token:
-                options["additional_headers"] = {"Authorization": f"Bearer {token}"}
-            if target.startswith("wss://"):
-                options["ssl"] = ssl.create_default_context(
-                    cafile=str(ca_file) if ca_file else None
-                )
-            return await connect(target, **options)
-        found = _discovery()
-        if found.get("token"):
-            options["additional_headers"] = {"Authorization": f"Bearer {found['token']}"}
-        if found.get("socket"):
-            return await unix_connect(str(found["socket"]), f"ws://localhost{path}", **options)
-        if found.get("url"):
-            return await connect(str(found["url"]).rstrip("/") + path, **options)
-        raise Unreachable("the discovery file names neither a socket nor a url")
+        return await opening
     except InvalidStatus as error:
         status = error.response.status_code
         if status == 404:
@@ -124,7 +90,44 @@ async def _open(
         raise Unreachable(f"cannot connect to the daemon: {error}") from None
 
 
-def _start_daemon() -> None:
+async def _open(
+    profile: str, url: str | None, token: str | None, ca_file: Path | None
+) -> tuple[ClientConnection, Discovery | None]:
+    """The websocket to ``/acp/<profile>`` of the daemon at ``url``, else of the first
+    discovery file (PROTOCOL §18.2) whose daemon answers, with that file."""
+    path = f"/acp/{profile}"
+    options: dict[str, Any] = {
+        "compression": None,
+        "max_size": None,
+        "open_timeout": 10,
+        # acp-lines first: the daemon selects the first it knows (D24).
+        "subprotocols": [ACP_LINES_SUBPROTOCOL, "acp.v1"],
+    }
+    if url is not None:
+        target = url.rstrip("/") + path
+        if token:
+            options["additional_headers"] = {"Authorization": f"Bearer {token}"}
+        if target.startswith("wss://"):
+            options["ssl"] = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+        return await _upgrade(connect(target, **options), profile), None
+    found, reasons = find_daemons()
+    for discovery in found:
+        each = {**options, "additional_headers": {"Authorization": f"Bearer {discovery.token}"}}
+        if discovery.socket:
+            opening = unix_connect(discovery.socket, f"ws://localhost{path}", **each)
+        elif discovery.url:
+            opening = connect(discovery.url.rstrip("/") + path, **each)
+        else:
+            reasons.append(f"the discovery file {discovery.path} names neither a socket nor a url")
+            continue
+        try:
+            return await _upgrade(opening, profile), discovery
+        except Unreachable as error:
+            reasons.append(f"{discovery.path}: {error}")
+    raise Unreachable(f"no daemon is running ({'; '.join(reasons)})")
+
+
+def _start_daemon() -> Path:
     """``oma-bridge serve`` detached from the shim, logging to the state folder.
 
     Detached twice over: in a session of its own (the client's signals to the
@@ -157,29 +160,41 @@ def _start_daemon() -> None:
             finally:
                 os._exit(status)
         os.waitpid(middle, 0)
-    _say(f"started a daemon (its log: {log_dir / 'daemon.log'})")
+    return log_dir / "daemon.log"
 
 
 async def _connect(profile: str, args: Any) -> ClientConnection:
     token = args.token_file.read_text().strip() if args.token_file else None
+    url = url_from_environment(args.url)
     try:
-        return await _open(profile, args.url, token, args.ca_file)
+        ws, _ = await _open(profile, url, token, args.ca_file)
+        return ws
     except Unreachable as error:
-        if args.no_autostart or args.url is not None:
+        if args.no_autostart or url is not None:
             raise
         _say(f"{error}; starting one")
-    _start_daemon()
+    log = _start_daemon()
     deadline = time.monotonic() + _START_TIMEOUT_S
     while True:
         await asyncio.sleep(0.05)
         try:
-            return await _open(profile, None, None, None)
+            ws, found = await _open(profile, None, None, None)
         except Unreachable:
             if time.monotonic() > deadline:
                 raise Unreachable(
-                    f"the daemon did not start within {_START_TIMEOUT_S:g}s "
-                    f"(see {default_state_dir() / 'daemon.log'})"
+                    f"the daemon did not start within {_START_TIMEOUT_S:g}s (see {log})"
                 ) from None
+            continue
+        _say(_started(found, log))
+        return ws
+
+
+def _started(found: Discovery | None, log: Path) -> str:
+    """The one line that says which daemon the shim started (PROTOCOL §18.2)."""
+    config = default_config_path()
+    named = f"config {config}" if config.is_file() else "the built-in config"
+    where = f"pid {found.pid}, {named}, discovery file {found.path}" if found else named
+    return f"started a daemon ({where}; its log: {log})"
 
 
 class _LineTooLong(Exception):

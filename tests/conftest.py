@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +13,21 @@ from pathlib import Path
 import pytest
 from support import npm_peers
 from support.acpx import clean_acpx_home
+
+# PROTOCOL §18.2 looks for a daemon in /run/user/$UID and /tmp/oma-bridge-$UID after
+# $XDG_RUNTIME_DIR: the machine's own are not the tests'.  Every test, and every process
+# it starts, takes those fixed folders under a private folder of the run instead
+# (OMA_BRIDGE_SYSTEM_ROOT, docs/client.md); the process that made it removes it.
+if "OMA_BRIDGE_SYSTEM_ROOT" not in os.environ:
+    _SYSTEM_ROOT = tempfile.mkdtemp(prefix="omab-root-", dir="/tmp")
+    os.environ["OMA_BRIDGE_SYSTEM_ROOT"] = _SYSTEM_ROOT
+else:
+    _SYSTEM_ROOT = ""
+
+
+def pytest_sessionfinish() -> None:
+    if _SYSTEM_ROOT:
+        shutil.rmtree(_SYSTEM_ROOT, ignore_errors=True)
 
 
 @pytest.fixture

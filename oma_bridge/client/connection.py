@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from oma_bridge._version import __version__
-from oma_bridge.client.discovery import find_daemon
+from oma_bridge.client.discovery import find_daemon, url_from_environment
 from oma_bridge.client.errors import (
     ConnectOptionError,
     DaemonNotRunningError,
@@ -333,8 +333,10 @@ async def connect(
     declare_hooks: Sequence[str] = ("beforeRun", "afterRun"),
     elicitation_handler: ElicitationHandler | None = None,
 ) -> AsyncIterator[Client]:
-    """Connect and ``initialize``.  With neither ``socket`` nor ``url``, the
-    discovery file says where the daemon is (and gives its token).
+    """Connect and ``initialize``.  With neither ``socket`` nor ``url`` (nor
+    ``$OMA_BRIDGE_URL``), the first live discovery file of PROTOCOL §18.2
+    says where the daemon is and gives its token (only ``discovery_dir``'s
+    when given; :mod:`oma_bridge.client.discovery`).
 
     ``url`` is the daemon's TCP listener, ``ws://`` or ``wss://`` (TLS); the
     token comes from ``token`` or ``token_file`` (its content, stripped),
@@ -351,6 +353,8 @@ async def connect(
         raise ConnectOptionError("give token or token_file, not both")
     if token_file is not None:
         token = read_token_file(token_file)
+    if socket is None and url is None and discovery_dir is None:
+        url = url_from_environment()
     if url is not None:
         _check_url(url, ca_file)
     if socket is None and url is None:

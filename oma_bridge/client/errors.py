@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from oma_bridge.errors import InvalidMessageError, WireError
-from oma_bridge.wire.codes import INVALID_MESSAGE
 
 __all__ = [
     "ClientError",
@@ -42,7 +41,16 @@ class ClientError(Exception):
 
 
 class DaemonNotRunningError(ClientError, RuntimeError):
-    """No daemon answers where the discovery file says (or there is none)."""
+    """No daemon answers where the client looked (no discovery file, a dead pid, no answer).
+
+    ``reasons`` says, for a lookup of the discovery files, why each place
+    held no live daemon (``no discovery file at ...``, ``... names pid N,
+    which is gone``).
+    """
+
+    def __init__(self, message: str, *, reasons: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.reasons = tuple(reasons)
 
 
 class DaemonUnavailableError(DaemonNotRunningError):
@@ -67,6 +75,10 @@ class RemoteInvalidMessageError(InvalidMessageError, ClientError):
 
 def client_error(error: WireError) -> ClientError:
     """The client error for an error answer (or a connection that ended) of the daemon."""
+    # Here, not at the top: the shim imports this module and starts without the
+    # wire package (which brings the rpc peer and anyio).
+    from oma_bridge.wire.codes import INVALID_MESSAGE
+
     if isinstance(error, ClientError):
         return error
     if error.rpc_code == INVALID_MESSAGE:

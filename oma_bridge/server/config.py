@@ -43,7 +43,7 @@ from pydantic import (
 from oma_bridge.backends.acp.config import AcpSettings
 from oma_bridge.backends.llm.config import LlmSettings
 from oma_bridge.backends.process.config import ProcessSettings
-from oma_bridge.paths import default_socket_path
+from oma_bridge.paths import default_config_path, default_socket_path
 from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
 
 __all__ = [
@@ -426,12 +426,6 @@ def parse_config(text: str, *, source: str, base_dir: Path) -> ServerConfig:
         raise ConfigError(source, key, _problem(first)) from None
     config._source = source
     return config
-
-
-def default_config_path() -> Path:
-    """``$XDG_CONFIG_HOME/oma-bridge/config.toml`` (``~/.config/...`` without the variable)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "oma-bridge" / "config.toml"
 
 
 def load_config(path: Path | str | None = None) -> ServerConfig:

@@ -6,10 +6,14 @@ SDK's ``acp`` package.  It spawns ``command`` with ``spawn_agent_process``
 
 Usage: ``python sdk_client.py`` with the script on stdin::
 
-    {"command": ["oma-bridge", "acp", "echo"], "env": {...}, "cwd": "/abs",
+    {"command": ["oma-bridge", "acp", "echo"], "env": {...}, "trim": false, "cwd": "/abs",
      "permission": "allow" | "reject" | "cancel",
      "editor": {"buffers": {"/abs/path": "unsaved text"}, "fs": true, "terminal": true},
      "steps": [{"op": ...}, ...]}
+
+``env`` is added to this process's environment for the agent, or with
+``trim`` to only what ``spawn_agent_process`` keeps of it by itself (HOME,
+LOGNAME, PATH, SHELL, TERM, USER): the environment an SDK-started agent gets.
 
 With ``editor`` the client is an editor: ``initialize`` advertises
 ``fs.readTextFile``/``fs.writeTextFile`` (``fs``) and ``terminal``, reads
@@ -37,7 +41,8 @@ alias), ``{"type": "response", "op", "result" | "error": {code, message,
 data}}``, ``{"type": "permission", "toolCallId", "optionId", "toolCall", "options",
 "meta"}`` (the request as the SDK parsed it), ``{"type": "client", "method",
 "params"}`` (an ``fs/*`` or ``terminal/*`` request the editor served),
-``{"type": "process", "pid"}`` (the spawned agent), ``{"type": "buffers",
+``{"type": "process", "pid"}`` (the spawned agent), ``{"type": "agent_stderr",
+"text"}`` (what the agent wrote on stderr, once it is gone), ``{"type": "buffers",
 "buffers"}`` (an editor's buffers at the end), and ``{"type": "done"}`` last.
 """
 
@@ -253,12 +258,18 @@ async def run(script: dict[str, Any]) -> None:
     policy = script.get("permission", "allow")
     client = Recorder(policy) if editor is None else Editor(policy, editor.get("buffers", {}))
     cwd = script.get("cwd") or str(Path.cwd())
-    env = {**os.environ, **script.get("env", {})}
+    env = (
+        dict(script.get("env", {}))
+        if script.get("trim")
+        else {**os.environ, **script.get("env", {})}
+    )
     command, *args = script["command"]
     state: dict[str, Any] = {"session": None}
     background: list[asyncio.Task[None]] = []
     async with acp.spawn_agent_process(client, command, *args, env=env, cwd=cwd) as (conn, proc):
         out({"type": "process", "pid": proc.pid})
+        assert proc.stderr is not None
+        stderr = asyncio.create_task(proc.stderr.read())  # read all along: a full pipe would block
 
         async def call(op: str, step: dict[str, Any]) -> Any:
             sid = step.get("sessionId") or state["session"]
@@ -322,6 +333,7 @@ async def run(script: dict[str, Any]) -> None:
             else:
                 background.append(asyncio.create_task(step_of(step)))
         await asyncio.gather(*background)
+    out({"type": "agent_stderr", "text": (await stderr).decode(errors="replace")})
     if isinstance(client, Editor):
         out({"type": "buffers", "buffers": client.buffers})
     out({"type": "done"})
