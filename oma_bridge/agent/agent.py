@@ -19,7 +19,7 @@ from oma_bridge.agent.input import (
     prepare_prompt,
     text_only_kind,
 )
-from oma_bridge.agent.stream import STREAM_BUFFER, HookFailed, RunStream, StreamOutcome
+from oma_bridge.agent.stream import STREAM_BUFFER, HookFailed, LiveStreams, RunStream
 from oma_bridge.backends import (
     Backend,
     BackendKind,
@@ -140,7 +140,7 @@ class Agent:
         self._backend: Backend | None = None
         self._runs: dict[str, _Run] = {}
         #: The producers of live streams, entered or bare: close() stops them all.
-        self._streams: set[StreamOutcome] = set()
+        self._streams = LiveStreams()
         self._prompt_lock = anyio.Lock()
         self._closed = False
 
@@ -249,14 +249,19 @@ class Agent:
         ``buffer``: events the run may go ahead of its consumer (0: one at a
         time, at the consumer's pace).  ``meta`` as for :meth:`run`.
         """
-        return RunStream(
-            self,
-            self._take(run_input),
-            run_id or _new_run_id(),
-            permission_handler=permission_handler,
-            buffer=buffer,
-            meta=meta,
-        )
+        messages, run_id = self._take(run_input), run_id or _new_run_id()
+
+        async def execute(emit: Emit) -> AgentRunResult:
+            return await self._execute(
+                messages,
+                run_id=run_id,
+                emit=emit,
+                permission_handler=permission_handler,
+                raise_callback_errors=True,
+                meta=meta,
+            )
+
+        return RunStream(execute, run_id, cancel=self.cancel, streams=self._streams, buffer=buffer)
 
     async def prompt(
         self,
@@ -319,12 +324,8 @@ class Agent:
         self._closed = True
         live = list(self._runs.values())
         self.cancel()
-        streams = list(self._streams)
-        for outcome in streams:
-            outcome.stop()
-        for outcome in streams:
-            # Shielded: the backends' own stop (SIGTERM, grace, SIGKILL) must finish.
-            await outcome.wait_ended()
+        # Shielded: the backends' own stop (SIGTERM, grace, SIGKILL) must finish.
+        await self._streams.stop_all()
         # Runs awaited by other tasks end too before the backend goes, so that
         # their processes are gone when close() returns (docs/contract.md §11.36).
         with anyio.CancelScope(shield=True):

@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 import anyio
 import anyio.abc
 
-from oma_bridge.backends import PermissionHandler
-from oma_bridge.messages import LLMMessage
+from oma_bridge.backends import Emit
 from oma_bridge.results import AgentRunResult, StreamEvent
 from oma_bridge.waiting import Handover
 
-if TYPE_CHECKING:
-    from oma_bridge.agent.agent import Agent
-
-__all__ = ["STREAM_BUFFER", "HookFailed", "RunStream", "StreamOutcome", "closing_events"]
+__all__ = [
+    "STREAM_BUFFER",
+    "Execute",
+    "HookFailed",
+    "LiveStreams",
+    "RunStream",
+    "StreamOutcome",
+    "closing_events",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +76,41 @@ class StreamOutcome:
                 await self.ended.wait()
 
 
+class LiveStreams:
+    """The producers of one agent's live streams, entered or bare: :meth:`stop_all` ends them.
+
+    The agent holds one and hands it to each :class:`RunStream`, whose
+    producer is in it from its start to its end.
+    """
+
+    __slots__ = ("_outcomes",)
+
+    def __init__(self) -> None:
+        self._outcomes: set[StreamOutcome] = set()
+
+    def add(self, outcome: StreamOutcome) -> None:
+        self._outcomes.add(outcome)
+
+    def discard(self, outcome: StreamOutcome) -> None:
+        self._outcomes.discard(outcome)
+
+    def __len__(self) -> int:
+        """How many producers are live."""
+        return len(self._outcomes)
+
+    async def stop_all(self) -> None:
+        """Stop every producer and wait, shielded, until each has ended (its processes too)."""
+        outcomes = list(self._outcomes)
+        for outcome in outcomes:
+            outcome.stop()
+        for outcome in outcomes:
+            await outcome.wait_ended()
+
+
+#: Runs a stream's run with the stream's ``emit``: its result, or :class:`HookFailed`
+#: raised when a hook failed (the agent's ``_execute``, bound to the run's input).
+Execute: TypeAlias = Callable[[Emit], Awaitable[AgentRunResult]]
+
 #: Events a stream's producer may run ahead of its consumer.  A small bound
 #: keeps backpressure (a slow consumer slows the run, memory stays flat)
 #: while sparing a task switch per event: a producer that has several events
@@ -100,20 +139,21 @@ class RunStream:
 
     def __init__(
         self,
-        agent: Agent,
-        messages: list[LLMMessage],
+        execute: Execute,
         run_id: str,
         *,
-        permission_handler: PermissionHandler | None = None,
+        cancel: Callable[[str], bool],
+        streams: LiveStreams,
         buffer: int = STREAM_BUFFER,
-        meta: Mapping[str, Any] | None = None,
     ) -> None:
-        """``buffer``: events the producer may run ahead (0: one handed over at a time)."""
+        """``execute`` runs the run; ``cancel`` cancels a run by id (the agent's
+        :meth:`~oma_bridge.agent.Agent.cancel`); ``streams`` holds the producer while it
+        runs; ``buffer``: events it may run ahead (0: one handed over at a time)."""
         self.run_id = run_id
-        self._agent = agent
-        self._permission_handler = permission_handler
-        self._meta = meta
-        self._messages: list[LLMMessage] | None = messages
+        #: Taken when the stream starts: a stream runs once.
+        self._execute: Execute | None = execute
+        self._cancel = cancel
+        self._streams = streams
         self._outcome = StreamOutcome()
         self._events: Handover[StreamEvent] = Handover(buffer)
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -127,7 +167,7 @@ class RunStream:
         return self
 
     async def __anext__(self) -> StreamEvent:
-        if self._messages is not None:
+        if self._execute is not None:
             self._start()
         try:
             return await self._events.get()
@@ -140,22 +180,13 @@ class RunStream:
             raise StopAsyncIteration from None
 
     def _start(self) -> None:
-        messages, self._messages = self._messages, None
-        if messages is None:
+        execute, self._execute = self._execute, None
+        if execute is None:
             raise RuntimeError("a stream can be iterated once")
         outcome = self._outcome
         outcome.ended = anyio.Event()
-        self._agent._streams.add(outcome)
-        producer = partial(
-            _produce,
-            self._agent,
-            messages,
-            self.run_id,
-            self._events,
-            outcome,
-            self._permission_handler,
-            self._meta,
-        )
+        self._streams.add(outcome)
+        producer = partial(_produce, execute, self._events, outcome, self._streams)
         if self._task_group is not None:
             self._task_group.start_soon(producer)
         else:
@@ -163,11 +194,11 @@ class RunStream:
 
     def cancel(self) -> bool:
         """Cancel the run; the stream then ends with a ``cancelled`` result."""
-        return self._agent.cancel(self.run_id)
+        return self._cancel(self.run_id)
 
     async def aclose(self) -> None:
         """Stop the run (its processes end, their grace kept) and release the stream."""
-        self._messages = None
+        self._execute = None
         self._outcome.stop()
         await self._outcome.wait_ended()
         self._events.close(discard=True)
@@ -177,7 +208,7 @@ class RunStream:
             logger.error("a stream's run failed after its consumer left", exc_info=error)
 
     async def __aenter__(self) -> RunStream:
-        if self._messages is None or self._task_group is not None:
+        if self._execute is None or self._task_group is not None:
             raise RuntimeError("a stream is entered once, before its first event")
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
@@ -230,13 +261,10 @@ def _error_event(name: str | None, message: str, code: str | None) -> StreamEven
 
 
 async def _produce(
-    agent: Agent,
-    messages: list[LLMMessage],
-    run_id: str,
+    execute: Execute,
     events: Handover[StreamEvent],
     outcome: StreamOutcome,
-    permission_handler: PermissionHandler | None,
-    meta: Mapping[str, Any] | None = None,
+    streams: LiveStreams,
 ) -> None:
     """Run one streamed run: events, then ``done`` (or ``error`` alone for a hook).
 
@@ -250,14 +278,7 @@ async def _produce(
             return
         with anyio.CancelScope() as outcome.scope:
             try:
-                result = await agent._execute(
-                    messages,
-                    run_id=run_id,
-                    emit=events.put,
-                    permission_handler=permission_handler,
-                    raise_callback_errors=True,
-                    meta=meta,
-                )
+                result = await execute(events.put)
             except HookFailed as failed:
                 result = failed.result
             outcome.result = result
@@ -267,6 +288,6 @@ async def _produce(
         outcome.error = error
     finally:
         events.close()
-        agent._streams.discard(outcome)
+        streams.discard(outcome)
         assert outcome.ended is not None
         outcome.ended.set()
