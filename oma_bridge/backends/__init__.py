@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from oma_bridge.errors import OMAError
 from oma_bridge.messages import LLMMessage
@@ -36,6 +36,7 @@ __all__ = [
     "RUN_ID_LABEL",
     "Backend",
     "BackendConfig",
+    "BackendFactory",
     "BackendKind",
     "BackendOutcome",
     "ClientAnswer",
@@ -216,6 +217,35 @@ class BackendConfig(Protocol):
     def kind(self) -> BackendKind: ...
 
     def create(self, *, agent_name: str) -> Backend: ...
+
+
+ConfigT = TypeVar("ConfigT")
+
+
+class BackendFactory(Generic[ConfigT]):
+    """Builds the live backend of one kind's config, once the backend's module filled it in.
+
+    A config module cannot import its backend module, which imports the
+    config (an import cycle, deferred or not).  So the config's ``create``
+    asks this factory, and the backend module fills it in when it is
+    imported; the kind's package imports its backend module first, so the
+    factory is filled before a config of the kind can exist.
+    """
+
+    __slots__ = ("_kind", "_make")
+
+    def __init__(self, kind: BackendKind) -> None:
+        self._kind = kind
+        self._make: Callable[[ConfigT, str], Backend] | None = None
+
+    def fill(self, make: Callable[[ConfigT, str], Backend]) -> None:
+        """``make(config, agent_name)`` builds the backend (the backend module's call)."""
+        self._make = make
+
+    def create(self, config: ConfigT, agent_name: str) -> Backend:
+        if self._make is None:
+            raise RuntimeError(f"no {self._kind} backend: its module was never imported")
+        return self._make(config, agent_name)
 
 
 def text_only(kind: BackendKind) -> bool:

@@ -54,7 +54,7 @@ from oma_bridge.backends import (
     RunContext,
 )
 from oma_bridge.backends.acp.client_methods import ClientMethods
-from oma_bridge.backends.acp.config import AcpConfig
+from oma_bridge.backends.acp.config import ACP_BACKENDS, AcpConfig
 from oma_bridge.backends.acp.schema import InitializeResponse, PromptResponse, SessionResponse
 from oma_bridge.backends.acp.stdio import AgentProcess
 from oma_bridge.backends.acp.terminal import Terminals
@@ -756,3 +756,6 @@ class AcpBackend:
             logger.warning("ACP agent %s: malformed elicitation answer taken as cancel", self.label)
             return CANCEL
         return valid
+
+
+ACP_BACKENDS.fill(lambda config, agent_name: AcpBackend(config, agent_name=agent_name))

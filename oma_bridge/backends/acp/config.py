@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from oma_bridge.backends import Backend, BackendFactory
 from oma_bridge.backends.command import CommandSettings
 
-if TYPE_CHECKING:
-    from oma_bridge.backends.acp.backend import AcpBackend
-
-__all__ = ["AcpConfig", "AcpSettings"]
+__all__ = ["ACP_BACKENDS", "AcpConfig", "AcpSettings"]
 
 
 def _terminal(value: Any) -> Any:
@@ -80,11 +78,14 @@ class AcpConfig(AcpSettings):
     #: Whose the processes are, for ``daemon/status`` (set by the daemon, not a profile).
     labels: dict[str, str] = Field(default_factory=dict)
 
-    def create(self, *, agent_name: str) -> AcpBackend:
-        from oma_bridge.backends.acp.backend import AcpBackend
-
-        return AcpBackend(self, agent_name=agent_name)
+    def create(self, *, agent_name: str) -> Backend:
+        """The live backend, an ``AcpBackend`` (``backend.py`` fills :data:`ACP_BACKENDS`)."""
+        return ACP_BACKENDS.create(self, agent_name)
 
     def resolved_cwd(self) -> Path:
         """The absolute, symlink-free working directory (ACP wants absolute paths)."""
         return (self.cwd or Path.cwd()).resolve()
+
+
+#: Builds an ``AcpBackend`` from an :class:`AcpConfig`; filled by ``backend.py``.
+ACP_BACKENDS: BackendFactory[AcpConfig] = BackendFactory("acp")

@@ -28,14 +28,9 @@ from oma_bridge._lazy import lazy_attributes
 if TYPE_CHECKING:
     from oma_bridge.backends.llm.anthropic import AnthropicAdapter
     from oma_bridge.backends.llm.backend import LLMBackend
-    from oma_bridge.backends.llm.config import LlmConfig
+    from oma_bridge.backends.llm.config import LlmConfig, create_llm_backend
     from oma_bridge.backends.llm.echo import EchoAdapter
-    from oma_bridge.backends.llm.factory import (
-        DEFAULT_CALL_TIMEOUT_MS,
-        PROVIDERS,
-        create_adapter,
-        create_llm_backend,
-    )
+    from oma_bridge.backends.llm.factory import DEFAULT_CALL_TIMEOUT_MS, PROVIDERS, create_adapter
     from oma_bridge.backends.llm.http import ApiKey, ProviderHTTP, RetryPolicy
     from oma_bridge.backends.llm.openai import OpenAIAdapter
     from oma_bridge.backends.llm.types import (
@@ -97,7 +92,7 @@ _HOMES = {
     "ToolUseDelta": "oma_bridge.backends.llm.types",
     "TurnEnd": "oma_bridge.backends.llm.types",
     "create_adapter": "oma_bridge.backends.llm.factory",
-    "create_llm_backend": "oma_bridge.backends.llm.factory",
+    "create_llm_backend": "oma_bridge.backends.llm.config",
 }
 
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from oma_bridge.backends.llm.backend import LLMBackend
     from oma_bridge.backends.llm.http import RetryPolicy
 
-__all__ = ["LLM_KEYS", "LlmConfig", "LlmSettings"]
+__all__ = ["LLM_KEYS", "LlmConfig", "LlmSettings", "create_llm_backend"]
 
 
 class LlmSettings(BaseModel):
@@ -51,15 +51,42 @@ class LlmConfig(LlmSettings):
 
     def create(self, *, agent_name: str, retry: RetryPolicy | None = None) -> LLMBackend:
         """The live backend; raises ``ProviderError`` for a provider or model it cannot use."""
-        # Imported here so that building configs never pulls httpx in.
-        from oma_bridge.backends.llm.factory import create_llm_backend
-
         return create_llm_backend(self, agent_name=agent_name, retry=retry)
 
     def check(self, agent_name: str) -> None:
         """``ValueError`` for a config that could never run: no model, provider not echo."""
         if self.model is None and self.provider != "echo":
             raise ValueError(f'Agent "{agent_name}" needs a model (or a backend)')
+
+
+def create_llm_backend(
+    config: LlmConfig, *, agent_name: str, retry: RetryPolicy | None = None
+) -> LLMBackend:
+    """The backend of an LLM agent: the model/tool loop over the adapter ``provider`` names.
+
+    ``retry`` overrides the default ``RetryPolicy`` (tests use short delays).
+    The loop and the adapters are imported here, at the first run, so that
+    building configs never pulls httpx in; neither imports this module.
+    """
+    from oma_bridge.backends.llm.backend import LLMBackend
+    from oma_bridge.backends.llm.factory import create_adapter
+
+    adapter = create_adapter(
+        config.provider,
+        model=config.model,
+        base_url=config.base_url,
+        api_key_env=config.api_key_env,
+        call_timeout_ms=config.call_timeout_ms,
+        agent_name=agent_name,
+        retry=retry,
+    )
+    return LLMBackend(
+        adapter,
+        model=config.model or "echo-1",
+        tools=config.tools,
+        max_tokens=config.max_tokens,
+        temperature=config.temperature,
+    )
 
 
 #: The keys of :class:`LlmConfig` that ``AgentConfig`` also takes at its top

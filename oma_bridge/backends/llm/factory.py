@@ -1,11 +1,12 @@
-"""The provider factory: :class:`LlmConfig` -> adapter -> :class:`LLMBackend`."""
+"""The provider factory: an ``LlmConfig``'s provider keys -> its adapter.
+
+It takes the keys, not the config: ``config.py`` imports this module (at
+the first run, see ``create_llm_backend``), so this one cannot import it.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from oma_bridge.backends.llm.anthropic import AnthropicAdapter
-from oma_bridge.backends.llm.backend import LLMBackend
 from oma_bridge.backends.llm.echo import EchoAdapter
 from oma_bridge.backends.llm.http import ApiKey, ProviderHTTP, RetryPolicy
 from oma_bridge.backends.llm.openai import OpenAIAdapter
@@ -15,10 +16,7 @@ from oma_bridge.backends.llm.types import (
 from oma_bridge.errors import ProviderError
 from oma_bridge.provider_keys import DEFAULT_KEY_ENV
 
-if TYPE_CHECKING:
-    from oma_bridge.backends.llm.config import LlmConfig
-
-__all__ = ["DEFAULT_CALL_TIMEOUT_MS", "PROVIDERS", "create_adapter", "create_llm_backend"]
+__all__ = ["DEFAULT_CALL_TIMEOUT_MS", "PROVIDERS", "create_adapter"]
 
 PROVIDERS = ("anthropic", "openai", "echo")
 #: Per-call timeout (and longest stall of a stream) when ``call_timeout_ms`` is unset.
@@ -28,10 +26,17 @@ _LABELS = {"anthropic": "Anthropic", "openai": "OpenAI-compatible"}
 
 
 def create_adapter(
-    config: LlmConfig, *, agent_name: str, retry: RetryPolicy | None = None
+    provider: str | None,
+    *,
+    model: str | None,
+    base_url: str | None,
+    api_key_env: str | None,
+    call_timeout_ms: int | None,
+    agent_name: str,
+    retry: RetryPolicy | None = None,
 ) -> LLMAdapter:
-    """The provider adapter ``config`` names; raises :class:`ProviderError` on a bad config."""
-    provider = config.provider or "anthropic"
+    """The adapter of ``provider`` (an ``LlmConfig``'s keys); ``ProviderError`` on a bad config."""
+    provider = provider or "anthropic"
     if provider == "echo":
         return EchoAdapter()
     if provider not in _LABELS:
@@ -39,39 +44,23 @@ def create_adapter(
             f'Agent "{agent_name}": unknown provider {provider!r} '
             f"(provider must be one of {', '.join(PROVIDERS)})"
         )
-    if not config.model:
+    if not model:
         raise ProviderError(
             f'Agent "{agent_name}": provider {provider!r} needs a model (model is not set)',
             provider=provider,
         )
     key = ApiKey(
-        env_var=config.api_key_env or DEFAULT_KEY_ENV[provider],
+        env_var=api_key_env or DEFAULT_KEY_ENV[provider],
         agent_name=agent_name,
-        required=provider == "anthropic" or bool(config.api_key_env) or not config.base_url,
+        required=provider == "anthropic" or bool(api_key_env) or not base_url,
     )
     http = ProviderHTTP(
         provider,
         label=_LABELS[provider],
         key=key,
-        call_timeout_s=(config.call_timeout_ms or DEFAULT_CALL_TIMEOUT_MS) / 1000,
+        call_timeout_s=(call_timeout_ms or DEFAULT_CALL_TIMEOUT_MS) / 1000,
         retry=retry or RetryPolicy(),
     )
     if provider == "anthropic":
-        return AnthropicAdapter(http, config.base_url)
-    return OpenAIAdapter(http, config.base_url)
-
-
-def create_llm_backend(
-    config: LlmConfig, *, agent_name: str, retry: RetryPolicy | None = None
-) -> LLMBackend:
-    """The backend of an LLM agent.
-
-    ``retry`` overrides the default :class:`RetryPolicy` (tests use short delays).
-    """
-    return LLMBackend(
-        create_adapter(config, agent_name=agent_name, retry=retry),
-        model=config.model or "echo-1",
-        tools=config.tools,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-    )
+        return AnthropicAdapter(http, base_url)
+    return OpenAIAdapter(http, base_url)

@@ -8,7 +8,7 @@ import os
 import anyio
 
 from oma_bridge.backends import RUN_ID_LABEL, BackendKind, BackendOutcome, RunContext
-from oma_bridge.backends.process.config import ProcessConfig
+from oma_bridge.backends.process.config import PROCESS_BACKENDS, ProcessConfig
 from oma_bridge.errors import BackendError, RunTimeoutError
 from oma_bridge.messages import LLMMessage, last_user_text
 from oma_bridge.results import StreamEvent
@@ -124,3 +124,6 @@ class ProcessBackend:
 def _exit_message(label: str, code: int, stderr: str) -> str:
     message = f'Process backend "{label}" {describe_exit(code)}'
     return f"{message}: {stderr}" if stderr else message
+
+
+PROCESS_BACKENDS.fill(lambda config, agent_name: ProcessBackend(config))

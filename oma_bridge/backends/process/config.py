@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, StrictInt, StrictStr
 
+from oma_bridge.backends import Backend, BackendFactory
 from oma_bridge.backends.command import CommandSettings
 
-if TYPE_CHECKING:
-    from oma_bridge.backends.process.backend import ProcessBackend
-
-__all__ = ["ProcessConfig", "ProcessInput", "ProcessSettings"]
+__all__ = ["PROCESS_BACKENDS", "ProcessConfig", "ProcessInput", "ProcessSettings"]
 
 ProcessInput = Literal["stdin", "argument", "none"]
 
@@ -51,7 +49,10 @@ class ProcessConfig(ProcessSettings):
     #: Whose the processes are, for ``daemon/status`` (set by the daemon, not a profile).
     labels: dict[str, str] = Field(default_factory=dict)
 
-    def create(self, *, agent_name: str) -> ProcessBackend:
-        from oma_bridge.backends.process.backend import ProcessBackend
+    def create(self, *, agent_name: str) -> Backend:
+        """The live backend, a ``ProcessBackend`` (filled in by ``backend.py``)."""
+        return PROCESS_BACKENDS.create(self, agent_name)
 
-        return ProcessBackend(self)
+
+#: Builds a ``ProcessBackend`` from a :class:`ProcessConfig`; filled by ``backend.py``.
+PROCESS_BACKENDS: BackendFactory[ProcessConfig] = BackendFactory("process")
