@@ -30,8 +30,10 @@ from oma_bridge.backends import (
     Emit,
     PermissionHandler,
     RunContext,
+    SessionRequests,
     text_only,
 )
+from oma_bridge.backends.acp.services import ClientServices
 from oma_bridge.backends.llm.config import LlmConfig
 from oma_bridge.errors import (
     BackendError,
@@ -342,14 +344,25 @@ class Agent:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    # -- the run -------------------------------------------------------------
+    async def session_request(
+        self, method: str, params: dict[str, Any], *, emit: Emit | None = None
+    ) -> Any:
+        """Send a request of the agent's protocol session: an ACP agent's
+        ``session/set_mode`` or ``session/set_config_option`` (docs/acp.md).
 
-    def ensure_backend(self) -> Backend:
-        """The backend, created now if no run created it yet (for requests between runs:
-        an ACP session's mode and config options, docs/acp.md)."""
+        The backend is created (and its agent started) if no run did it yet;
+        the agent's answer, or its error (a ``WireError``), comes back as it
+        is; the updates it sends meanwhile, between runs, go to ``emit``.
+        A ``BackendError`` for a closed agent or a kind without a session.
+        """
         if self._closed:
             raise BackendError(f'Agent "{self.name}" is closed')
-        return self._get_backend()
+        backend = self._get_backend()
+        if not isinstance(backend, SessionRequests):
+            raise BackendError(f'Agent "{self.name}" ({self.kind}) has no session to send {method}')
+        return await backend.session_request(method, params, emit=emit)
+
+    # -- the run -------------------------------------------------------------
 
     def _get_backend(self) -> Backend:
         if self._backend is None:
@@ -441,10 +454,12 @@ class Agent:
                     max_token_budget=budget,
                     max_turns=self.config.max_turns,
                     permission_handler=permission_handler,
-                    elicitation_handler=self.elicitation_handler,
-                    elicitation_complete_handler=self.elicitation_complete_handler,
-                    client_forwarder=self.client_forwarder,
                     meta=meta,
+                    backend_options=ClientServices(
+                        self.elicitation_handler,
+                        self.elicitation_complete_handler,
+                        self.client_forwarder,
+                    ),
                 )
                 try:
                     outcome = await self._get_backend().run(context)

@@ -50,6 +50,7 @@ __all__ = [
     "PermissionOption",
     "PermissionRequest",
     "RunContext",
+    "SessionRequests",
     "text_only",
 ]
 
@@ -164,15 +165,13 @@ class RunContext:
     max_token_budget: int | None = None
     max_turns: int = 10
     permission_handler: PermissionHandler | None = None
-    #: Who answers an ACP agent's ``elicitation/create``; ``None``: ``cancel``.
-    elicitation_handler: ElicitationHandler | None = None
-    #: Who is told of the agent's ``elicitation/complete``; ``None``: nobody (it is dropped).
-    elicitation_complete_handler: ElicitationCompleteHandler | None = None
-    #: Who serves ``fs = "client"`` / ``terminal = "client"`` requests; ``None``: the backend.
-    client_forwarder: ClientForwarder | None = None
     #: The caller's request ``_meta`` (W3C trace context, say): an ACP backend sends it as
     #: its ``session/prompt``'s ``_meta``; the other kinds have nowhere to put it.
     meta: Mapping[str, Any] | None = None
+    #: What one kind of backend alone reads, as a value of that kind's own type (an
+    #: ACP agent's ``ClientServices``: who answers its elicitations, serves its fs and
+    #: terminals for a client); a backend ignores options of another type.
+    backend_options: object | None = None
     #: Free-form per-run data for observers (trace spans, metadata).
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -202,6 +201,23 @@ class Backend(Protocol):
 
     async def aclose(self) -> None:
         """Dispose of every resource (an ACP agent's process tree included)."""
+
+
+@runtime_checkable
+class SessionRequests(Protocol):
+    """A backend that holds a protocol session takes requests of it besides runs.
+
+    An ACP agent's ``session/set_mode`` and ``session/set_config_option``
+    (docs/acp.md, "Modes and config options"): ``params`` go with the
+    session's own id added, the agent's answer (or its error, a
+    ``WireError``) comes back as it is, and the updates it sends meanwhile,
+    between runs, go to ``emit``.  ``Agent.session_request`` is how the
+    daemon reaches it, never the backend's class.
+    """
+
+    async def session_request(
+        self, method: str, params: dict[str, Any], *, emit: Emit | None = None
+    ) -> Any: ...
 
 
 @runtime_checkable

@@ -13,19 +13,21 @@ is written for the failure modes real agents show (see docs/acp.md):
 
 The process itself is the shared supervisor's (own process group, stderr
 drained into a bounded redacted tail, kill-tree with escapee sweep, crash
-watchdog); :class:`AgentProcess` adapts it to a JSON-RPC connection.
+watchdog); :class:`AgentProcess` adapts it to a JSON-RPC connection: it is
+the stdio :class:`~oma_bridge.backends.acp.transport.AgentTransport`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import anyio
 import anyio.abc
 import orjson
 
+from oma_bridge.backends.acp.transport import BeforeWait
 from oma_bridge.errors import BackendError
 from oma_bridge.redaction import redact
 from oma_bridge.supervision.exits import describe_exit
@@ -139,7 +141,7 @@ class MessageReader:
         self.bad_lines = 0
         #: Awaited whenever the next read would wait on the agent (the
         #: connection flushes held-back text there).
-        self.before_wait: Callable[[], Awaitable[None]] | None = None
+        self.before_wait: BeforeWait | None = None
 
     async def receive(self) -> object | None:
         while True:
@@ -171,7 +173,7 @@ def _text(data: bytes) -> str:
 
 
 class AgentProcess:
-    """One spawned agent over the shared process supervisor.
+    """One spawned agent over the shared process supervisor: the stdio transport.
 
     The supervisor (:mod:`oma_bridge.supervision.supervisor`) gives the child its
     own session and process group, drains stderr into a bounded, redacted
@@ -208,17 +210,22 @@ class AgentProcess:
         )
         return cls(process, max_line_bytes=max_line_bytes, max_bad_lines=max_bad_lines)
 
-    async def send_line(self, data: bytes) -> None:
+    @property
+    def gone(self) -> bool:
+        """The process exited."""
+        return self.process.returncode is not None
+
+    def set_before_wait(self, hook: BeforeWait | None) -> None:
+        self.messages.before_wait = hook
+
+    async def send(self, data: bytes) -> None:
+        """One message as one line (orjson never writes a raw newline inside one)."""
         await self._stdin.send(data + b"\n")
 
     async def receive(self) -> object | None:
         return await self.messages.receive()
 
-    @property
-    def returncode(self) -> int | None:
-        return self.process.returncode
-
-    def stderr_tail(self, max_chars: int = 2000) -> str:
+    def diagnostics(self, max_chars: int = 2000) -> str:
         """The redacted end of stderr, cut to whole lines where it can be."""
         text = self.process.stderr.text()
         if len(text) > max_chars:
@@ -228,16 +235,15 @@ class AgentProcess:
                 text = text[newline + 1 :]
         return text
 
-    def exit_description(self) -> str:
+    def describe_end(self) -> str:
         code = self.process.returncode
         return "closed its stdout" if code is None else describe_exit(code)
 
-    async def wait_exit(self, seconds: float) -> int | None:
+    async def wait_gone(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):
-            return await self.process.wait()
-        return self.process.returncode
+            await self.process.wait()
 
-    async def terminate(self, stop_grace_s: float) -> None:
+    async def close(self, stop_grace_s: float) -> None:
         """End the agent's whole tree within ``stop_grace_s`` + 2 s (docs/contract.md §11.36).
 
         The supervisor's stop sequence, stdin first: a polite agent leaves

@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 import orjson
 
 from oma_bridge.backends import Emit
@@ -107,7 +106,8 @@ def _tool_output(update: dict[str, Any]) -> str:
 
 @dataclass
 class Turn:
-    """The state of one ``session/prompt`` turn, fed with updates in wire order."""
+    """The updates of one ``session/prompt`` turn, fed in wire order (the rest of the
+    turn's state is its :class:`~oma_bridge.backends.acp.turn_state.TurnState`)."""
 
     number: int
     emit: Emit
@@ -116,10 +116,6 @@ class Turn:
     #: ``False`` until the prompt is sent: updates before it (a ``session/load``
     #: replay, commands announced after ``session/new``) are forwarded raw only.
     prompting: bool = False
-    #: Set when the turn's answer arrived (or the turn was given up).
-    finished: bool = False
-    #: Set once the turn is over and its reader stopped (see ``AcpBackend.session_request``).
-    over: anyio.Event = field(default_factory=anyio.Event)
     output_parts: list[str] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     last_used: int | None = None

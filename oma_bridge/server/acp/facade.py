@@ -27,7 +27,6 @@ import anyio
 
 from oma_bridge._version import __version__
 from oma_bridge.backends import ElicitationRequest, PermissionRequest
-from oma_bridge.backends.acp.backend import AcpBackend
 from oma_bridge.backends.acp.turn import update_of_event
 from oma_bridge.errors import InvalidMessageError, OMAError, WireError
 from oma_bridge.redaction import redact
@@ -566,8 +565,6 @@ class _Connection:
                 f'profile "{hosted.profile_name}" ({hosted.agent.kind}) has no modes or config '
                 "options to set: only acp profiles forward them",
             )
-        backend = hosted.agent.ensure_backend()
-        assert isinstance(backend, AcpBackend)
         hosted.use(session)
 
         async def journal(event: StreamEvent) -> None:
@@ -577,7 +574,7 @@ class _Connection:
 
         forwarded = {key: value for key, value in params.items() if key != "sessionId"}
         try:
-            return await backend.session_request(method, forwarded, emit=journal)
+            return await hosted.agent.session_request(method, forwarded, emit=journal)
         except ConnectionClosedError as error:
             message = f"the agent of session {hosted.agent_id} ended during {method}: {error}"
             raise WireError(INTERNAL_ERROR, redact(message)) from None
