@@ -1,7 +1,8 @@
 """JSON-RPC 2.0: the transport-free :class:`RpcCore` and the async :class:`Peer`.
 
-Names resolve on first use (PEP 562), so that the core's constants can be
-imported without anyio (the ACP shim and the command line stay light).
+The codes are plain constants (``codes.py`` imports nothing); the other
+names resolve on first use (PEP 562), so that the codes can be imported
+without anyio (the ACP shim and the command line stay light).
 """
 
 from __future__ import annotations
@@ -9,16 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oma_bridge._lazy import lazy_attributes
+from oma_bridge.rpc.codes import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_CANCELLED,
+)
 
 if TYPE_CHECKING:
-    from oma_bridge.rpc.codes import (
-        INTERNAL_ERROR,
-        INVALID_PARAMS,
-        INVALID_REQUEST,
-        METHOD_NOT_FOUND,
-        PARSE_ERROR,
-        REQUEST_CANCELLED,
-    )
     from oma_bridge.rpc.core import (
         CANCEL_METHOD,
         Event,
@@ -54,20 +55,11 @@ __all__ = [
 ]
 
 _PEER = ("ConnectionClosedError", "Peer", "PendingCall", "unwrap_single_error")
-_CODES = (
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "PARSE_ERROR",
-    "REQUEST_CANCELLED",
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        name: "oma_bridge.rpc.peer" if name in _PEER else "oma_bridge.rpc.core"
+        for name in __all__
+        if name not in globals()  # the codes, imported above
+    },
 )
-
-
-def _home(name: str) -> str:
-    if name in _PEER:
-        return "oma_bridge.rpc.peer"
-    return "oma_bridge.rpc.codes" if name in _CODES else "oma_bridge.rpc.core"
-
-
-__getattr__ = lazy_attributes(__name__, {name: _home(name) for name in __all__})
