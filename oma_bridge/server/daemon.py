@@ -269,7 +269,10 @@ async def run_daemon(
     if reaped:
         logger.warning("reaped the processes of %d earlier daemon(s) that died", reaped)
     supervisor = configure_supervisor(
-        state_dir=state_dir, hidden_variables=config.secret_variables()
+        state_dir=state_dir,
+        hidden_variables=config.secret_variables(),
+        bwrap=config.server.bwrap,
+        hidden_folders=(config.server.discovery_dir,),
     )
     service = AgentService(config, orchestrator=orchestrator, state_dir=state_dir)
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)

@@ -1,8 +1,9 @@
 """Declared agent profiles: their public view, and the library config they stand for.
 
 :func:`agent_profile_info` is what clients may learn: exactly ``{"name",
-"kind", "description"?, "model"?}`` (docs/contract.md §4, §11.27); nothing about
-commands, arguments, environments or folders leaves the daemon.
+"kind", "description"?, "model"?}`` (docs/contract.md §4, §11.27), and for a
+process or acp profile its ``"sandbox": {"kind", "network"}`` (§19.1);
+nothing about commands, arguments, environments or folders leaves the daemon.
 
 :func:`profile_agent_config` turns a profile into the library's
 :class:`~oma_bridge.agent.AgentConfig` with an ``LlmConfig``,
@@ -40,6 +41,8 @@ def agent_profile_info(name: str, profile: Profile) -> dict[str, Any]:
     model = profile.model if isinstance(profile, LlmProfile | AcpProfile) else None
     if model is not None:
         info["model"] = model
+    if not isinstance(profile, LlmProfile):
+        info["sandbox"] = profile.sandbox_info()
     return info
 
 

@@ -72,6 +72,7 @@ from oma_bridge.supervision.pipes import (
     ChildStdout,
     StderrTail,
 )
+from oma_bridge.supervision.sandbox import BWRAP, Bubblewrap, Sandbox, sandbox_info
 from oma_bridge.supervision.watchdog import TAG_VARIABLE
 
 __all__ = [
@@ -261,14 +262,24 @@ class Supervisor:
     the watchdog logs live groups for :func:`reap_leftovers`; ``None`` keeps
     no file, and the watchdog still guards against our death.
     ``hidden_variables`` are removed from every child's environment on top
-    of :data:`SERVICE_VARIABLES` (the daemon's secrets, say).
+    of :data:`SERVICE_VARIABLES` (the daemon's secrets, say).  ``bwrap``
+    names the bubblewrap binary of sandboxed children (:class:`Bubblewrap`);
+    ``hidden_folders`` (and ``state_dir``) are never shown inside a sandbox.
     """
 
     def __init__(
-        self, *, state_dir: Path | None = None, hidden_variables: Iterable[str] = ()
+        self,
+        *,
+        state_dir: Path | None = None,
+        hidden_variables: Iterable[str] = (),
+        bwrap: str | None = None,
+        hidden_folders: Iterable[str | Path] = (),
     ) -> None:
         self.owner = secrets.token_hex(8)
         self.hidden_variables = SERVICE_VARIABLES | frozenset(hidden_variables)
+        hidden = [*hidden_folders, *([state_dir] if state_dir is not None else [])]
+        #: How sandboxed children are run (PROTOCOL §19.1).
+        self.bubblewrap = Bubblewrap(bwrap, hidden=hidden)
         self._watchdog = _Watchdog(self.owner, state_dir)
         self._runs = itertools.count(1)
         self._live: dict[int, SupervisedProcess] = {}
@@ -360,6 +371,7 @@ class Supervisor:
         stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
         merge_stderr: bool = False,
         labels: Mapping[str, str] | None = None,
+        sandbox: Sandbox | None = None,
     ) -> SupervisedProcess:
         """Start ``argv`` (exec'd directly, no shell) in a new session.
 
@@ -369,13 +381,19 @@ class Supervisor:
         shows them (and :attr:`SupervisedProcess.stderr` stays empty).
         ``labels`` say whose the child is (``{"agentId": ...}``, say); they
         stay on the handle and :meth:`processes` lists them, the child's
-        environment never sees them.  A caller already cancelled spawns
-        nothing; once the fork is under way it finishes shielded, so the
-        caller always gets the handle to stop.  Raises ``OSError`` when the
-        command cannot start, ``ValueError`` for a NUL byte in ``argv`` or
-        ``env``.
+        environment never sees them.  With a ``sandbox`` the command runs
+        under bubblewrap (:mod:`.sandbox`); one that cannot be applied raises
+        :class:`~oma_bridge.errors.SandboxUnavailableError` and spawns
+        nothing.  A caller already cancelled spawns nothing; once the fork is
+        under way it finishes shielded, so the caller always gets the handle
+        to stop.  Raises ``OSError`` when the command cannot start,
+        ``ValueError`` for a NUL byte in ``argv`` or ``env``.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
+        command = argv[0]
+        if sandbox is not None:
+            await self.bubblewrap.check(sandbox.network)
+            argv = self.bubblewrap.argv(argv, sandbox=sandbox, cwd=os.fspath(cwd) if cwd else None)
         tag = f"{self.owner}.{next(self._runs)}"
         child_env = self._spawn_environment(env, tag)
         protocol = ChildProtocol(StderrTail(stderr_tail_bytes))
@@ -393,9 +411,13 @@ class Supervisor:
             )
         pid = transport.get_pid()
         self._watchdog.register(pid)
-        logger.debug("spawned %s as pid %d (tag %s)", argv[0], pid, tag)
-        process = SupervisedProcess(self, transport, protocol, tag, stdin=stdin, labels=labels)
-        report("spawn", pid=pid, command=argv[0], **_audited(labels))
+        logger.debug("spawned %s as pid %d (tag %s)", command, pid, tag)
+        sandboxed = sandbox is not None
+        process = SupervisedProcess(
+            self, transport, protocol, tag, stdin=stdin, labels=labels, sandboxed=sandboxed
+        )
+        shown = sandbox_info(BWRAP, sandbox.network) if sandbox else sandbox_info("none", True)
+        report("spawn", pid=pid, command=command, sandbox=shown, **_audited(labels))
         self._live[pid] = process
         return process
 
@@ -429,6 +451,7 @@ class SupervisedProcess:
         *,
         stdin: bool,
         labels: Mapping[str, str] | None = None,
+        sandboxed: bool = False,
     ) -> None:
         self._supervisor = supervisor
         self._transport = transport
@@ -439,6 +462,8 @@ class SupervisedProcess:
         self.labels: Mapping[str, str] = MappingProxyType(dict(labels or {}))
         #: The child's pid, which is also its process group and session id.
         self.pid: int = transport.get_pid()
+        #: Whether the child is bubblewrap's launcher, the command running inside.
+        self.sandboxed = sandboxed
         self.stdin: ChildStdin | None = protocol.stdin if stdin else None
         self.stdout: ChildStdout = protocol.stdout
         self.stderr: StderrTail = protocol.stderr
@@ -492,7 +517,7 @@ class SupervisedProcess:
                 running = not await self._wait_gone(eof_grace, tree)
             if running:
                 logger.debug("pid %d: SIGTERM to its group", self.pid)
-                self.signal_group(signal.SIGTERM)
+                self._terminate(tree)
                 running = not await self._wait_gone(grace_s, tree)
                 if running:
                     logger.info("pid %d: still running after %.1f s: SIGKILL", self.pid, grace_s)
@@ -511,6 +536,27 @@ class SupervisedProcess:
                 self._kill_tree(tree)
                 self.kill_escapees()
             self._release()
+
+    def _terminate(self, tree: list[psutil.Process]) -> None:
+        """SIGTERM to the group; in a sandbox, to what runs inside it.
+
+        bubblewrap's launcher (our child) dies of a SIGTERM, and with it,
+        through ``--die-with-parent``, everything in the sandbox at once: the
+        command's grace would be lost.  So the command and its descendants
+        get the SIGTERM, and the launcher leaves when the command has (its
+        exit status is the command's, a signal ``N`` as code 128+N).  The
+        sandbox's init ignores it (a namespace's init takes only the signals
+        it handles).  A sandbox whose command has not started yet has nothing
+        to give grace to: it is killed.
+        """
+        if not self.sandboxed:
+            self.signal_group(signal.SIGTERM)
+            return
+        if not tree:
+            self.signal_group(signal.SIGKILL)
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.terminate()  # psutil checks the start time: no recycled pid
 
     def _kill_tree(self, tree: list[psutil.Process]) -> None:
         """SIGKILL to the group and to every process of the snapshot."""
@@ -628,7 +674,11 @@ def default_supervisor() -> Supervisor:
 
 
 def configure_supervisor(
-    *, state_dir: Path | None = None, hidden_variables: Iterable[str] = ()
+    *,
+    state_dir: Path | None = None,
+    hidden_variables: Iterable[str] = (),
+    bwrap: str | None = None,
+    hidden_folders: Iterable[str | Path] = (),
 ) -> Supervisor:
     """Install a new process-wide supervisor (the daemon does this once, at start).
 
@@ -637,7 +687,12 @@ def configure_supervisor(
     they are stopped; without children it is closed at once.
     """
     global _default
-    supervisor = Supervisor(state_dir=state_dir, hidden_variables=hidden_variables)
+    supervisor = Supervisor(
+        state_dir=state_dir,
+        hidden_variables=hidden_variables,
+        bwrap=bwrap,
+        hidden_folders=hidden_folders,
+    )
     with _default_lock:
         previous, _default = _default, supervisor
     if previous is not None and not previous.live():

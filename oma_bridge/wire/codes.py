@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from oma_bridge.errors import InvalidMessageError, WireError
+from oma_bridge.errors import InvalidMessageError, SandboxUnavailableError, WireError
 from oma_bridge.rpc.codes import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -35,6 +35,7 @@ __all__ = [
     "PARSE_ERROR",
     "PROTOCOL_VERSION",
     "RUN_IN_PROGRESS",
+    "SANDBOX_UNAVAILABLE",
     "SUBPROTOCOL",
     "UNSUPPORTED_VERSION",
     "Discovery",
@@ -42,6 +43,7 @@ __all__ = [
     "invalid_message",
     "invalid_params",
     "not_found",
+    "sandbox_unavailable",
 ]
 
 PROTOCOL_VERSION = 1
@@ -58,6 +60,7 @@ NOT_FOUND = -32011
 FORBIDDEN = -32012
 CURSOR_EXPIRED = -32013
 RUN_IN_PROGRESS = -32014
+SANDBOX_UNAVAILABLE = -32015
 
 
 class Discovery(TypedDict):
@@ -89,3 +92,9 @@ def forbidden(why: str) -> WireError:
 def invalid_message(error: InvalidMessageError) -> WireError:
     """-32010: input the shape guard or the text-only boundary refused."""
     return WireError(INVALID_MESSAGE, error.message, error.to_wire())
+
+
+def sandbox_unavailable(error: SandboxUnavailableError) -> WireError:
+    """-32015: a sandboxed profile's sandbox cannot be applied; nothing was spawned."""
+    data = {"name": "SandboxUnavailable", "reason": error.reason}
+    return WireError(SANDBOX_UNAVAILABLE, error.message, data)

@@ -385,6 +385,13 @@ class RunInProgressData(TypedDict):
     running: Literal[True]
 
 
+@with_config(_CLOSED)
+class SandboxUnavailableData(TypedDict):
+    name: Literal["SandboxUnavailable"]
+    #: Why: no bubblewrap binary, user namespaces refused (the message adds the fix).
+    reason: str
+
+
 # ---------------------------------------------------------------------------
 # oma/progress (oma/runAgent, and the runs of oma/runTasks / oma/runTeam)
 
@@ -584,11 +591,22 @@ class TeamRunResult(TypedDict):
 
 
 @with_config(_CLOSED)
+class SandboxInfo(TypedDict):
+    """How a process or acp profile's processes run (PROTOCOL §19.1)."""
+
+    kind: Literal["none", "bwrap"]
+    #: false: a network namespace of its own, with only loopback.
+    network: bool
+
+
+@with_config(_CLOSED)
 class AgentProfileInfo(TypedDict):
     name: str
     kind: Literal["llm", "process", "acp"]
     description: NotRequired[str]
     model: NotRequired[str]
+    #: Process and acp profiles.
+    sandbox: NotRequired[SandboxInfo]
 
 
 @with_config(_CLOSED)
@@ -636,6 +654,8 @@ class StatusAgent(TypedDict):
     kind: Literal["llm", "process", "acp"]
     state: Literal["idle", "running", "completed", "error"]
     queuedRuns: int
+    #: Process and acp agents.
+    sandbox: NotRequired[SandboxInfo]
 
 
 @with_config(_CLOSED)
@@ -1082,6 +1102,11 @@ ERRORS: dict[int, ErrorSpec] = {
         "Cursor expired: <why>", CursorExpiredData, "afterSeq older than the retained entries"
     ),
     -32014: ErrorSpec("Run in progress: <runId>", RunInProgressData, "run/result of a live run"),
+    -32015: ErrorSpec(
+        "The sandbox cannot be applied: <reason>. To fix it: <fix>.",
+        SandboxUnavailableData,
+        "a run of a sandboxed profile whose sandbox cannot be applied; nothing spawned",
+    ),
 }
 
 # ---------------------------------------------------------------------------

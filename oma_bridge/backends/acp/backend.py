@@ -97,6 +97,8 @@ class AcpBackend:
         self.config = config
         self.label = agent_name or "agent"
         self._cwd = config.resolved_cwd()
+        # Every process of a sandboxed agent runs in its sandbox: the agent, its terminals.
+        sandbox = config.sandbox_policy(str(self._cwd))
         self._connect: Connect = connect or partial(
             AgentProcess.spawn,
             config.command,
@@ -104,9 +106,10 @@ class AcpBackend:
             env=config.env,
             cwd=str(self._cwd),
             labels=config.labels,
+            sandbox=sandbox,
             max_line_bytes=config.max_line_bytes,
         )
-        terminals = Terminals(self._cwd, labels=config.labels)
+        terminals = Terminals(self._cwd, labels=config.labels, sandbox=sandbox)
         self._requests = AgentRequests(config, self._cwd, terminals, label=self.label)
         self._lock = anyio.Lock()
         self._session: AcpSession | None = None

@@ -31,6 +31,7 @@ from oma_bridge.backends.acp.transport import BeforeWait
 from oma_bridge.errors import BackendError
 from oma_bridge.redaction import redact
 from oma_bridge.supervision.exits import describe_exit
+from oma_bridge.supervision.sandbox import Sandbox
 from oma_bridge.supervision.supervisor import SupervisedProcess, default_supervisor
 
 __all__ = [
@@ -198,15 +199,17 @@ class AgentProcess:
         env: Mapping[str, str],
         cwd: str,
         labels: Mapping[str, str] | None = None,
+        sandbox: Sandbox | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_bad_lines: int = DEFAULT_MAX_BAD_LINES,
     ) -> AgentProcess:
         """Start the agent; ``env`` is the profile's overlay on the daemon's environment.
 
-        ``labels`` go to the supervisor (whose the process is), not to the agent.
+        ``labels`` go to the supervisor (whose the process is), not to the agent;
+        with a ``sandbox`` it runs under bubblewrap (``docs/isolation.md``).
         """
         process = await default_supervisor().spawn(
-            [command, *args], env=env, cwd=cwd, labels=labels
+            [command, *args], env=env, cwd=cwd, labels=labels, sandbox=sandbox
         )
         return cls(process, max_line_bytes=max_line_bytes, max_bad_lines=max_bad_lines)
 

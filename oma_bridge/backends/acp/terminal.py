@@ -30,10 +30,11 @@ from typing import Any
 
 import anyio
 
-from oma_bridge.errors import WireError
+from oma_bridge.errors import SandboxUnavailableError, WireError
 from oma_bridge.observe import report
 from oma_bridge.rpc.codes import INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND
 from oma_bridge.supervision.exits import exit_parts
+from oma_bridge.supervision.sandbox import Sandbox
 from oma_bridge.supervision.supervisor import SupervisedProcess, default_supervisor
 
 __all__ = ["Terminals", "acp_exit_status"]
@@ -106,11 +107,19 @@ class _Terminal:
 
 
 class Terminals:
-    """The terminals of one agent, by id; ``labels`` are the agent's (whose the commands are)."""
+    """The terminals of one agent, by id; ``labels`` are the agent's (whose the commands are).
 
-    def __init__(self, cwd: Path, *, labels: Mapping[str, str] | None = None) -> None:
+    A sandboxed agent's ``sandbox`` (its folder bound, whatever ``cwd`` a
+    command asks for) is each command's too: a command sees what the agent
+    sees, never more.
+    """
+
+    def __init__(
+        self, cwd: Path, *, labels: Mapping[str, str] | None = None, sandbox: Sandbox | None = None
+    ) -> None:
         self._cwd = cwd
         self._labels = dict(labels or {})
+        self._sandbox = sandbox
         self._ids = itertools.count(1)
         self._terminals: dict[str, _Terminal] = {}
 
@@ -167,7 +176,10 @@ class Terminals:
                 stdin=False,
                 merge_stderr=True,
                 labels=self._labels,
+                sandbox=self._sandbox,
             )
+        except SandboxUnavailableError as exc:  # the agent's sandbox cannot be applied now
+            raise WireError(RESOURCE_NOT_FOUND, f"cannot start {command}: {exc.message}") from None
         except OSError as exc:
             raise WireError(RESOURCE_NOT_FOUND, f"cannot start {command}: {exc}") from None
         except ValueError as exc:  # a NUL byte in a command, an argument or the env

@@ -41,6 +41,7 @@ class ProcessBackend:
         self._supervisor = supervisor
         # Resolved once, against the folder the backend was created in.
         self._cwd = os.path.abspath(config.cwd) if config.cwd else None  # noqa: PTH100
+        self._sandbox = config.sandbox_policy(self._cwd)
 
     async def run(self, ctx: RunContext) -> BackendOutcome:
         label = ctx.agent_name or "process"
@@ -74,6 +75,7 @@ class ProcessBackend:
                 stdin=config.input == "stdin",
                 stderr_tail_bytes=config.stderr_tail_bytes,
                 labels={**config.labels, RUN_ID_LABEL: ctx.run_id},
+                sandbox=self._sandbox,
             )
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in argv or env
             reason = (error.strerror if isinstance(error, OSError) else None) or str(error)

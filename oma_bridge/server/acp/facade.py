@@ -43,6 +43,7 @@ from oma_bridge.rpc.core import encode_notification
 from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason, updates_of
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.registry import HostedAgent
+from oma_bridge.server.config import LlmProfile
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
@@ -58,6 +59,7 @@ __all__ = ["AcpFacade", "Attachment"]
 logger = logging.getLogger("oma_bridge.server.acp")
 
 PROFILE_META = "oma-bridge/profile"
+SANDBOX_META = "oma-bridge/sandbox"
 PAGE = 100
 
 
@@ -294,7 +296,7 @@ class _Connection:
         profile = self._profile_or_none(self.profile)
         kind = profile.kind if profile is not None else None
         text_only = kind != "llm"
-        return {
+        answer: dict[str, Any] = {
             "protocolVersion": ACP_PROTOCOL_VERSION,
             "agentInfo": {
                 "name": f"oma-bridge/{self.profile}" if self.profile else "oma-bridge",
@@ -314,6 +316,9 @@ class _Connection:
                 "mcpCapabilities": {"http": False, "sse": False},
             },
         }
+        if profile is not None and not isinstance(profile, LlmProfile):
+            answer["_meta"] = {SANDBOX_META: profile.sandbox_info()}  # PROTOCOL §19.1
+        return answer
 
     async def _authenticate(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
         raise _bad("this agent offers no authentication methods (authMethods is empty)")

@@ -64,6 +64,7 @@ from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.profiles import Profile
+from oma_bridge.server.sandboxing import require_sandbox
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import (
     INTERNAL_ERROR,
@@ -406,6 +407,7 @@ class AgentService:
         the request came.  ``meta``: the request's ``_meta`` for the agent (never journaled).
         """
         agent = hosted.agent
+        await require_sandbox(agent.config)  # -32015 before anything is queued (§19.1)
         run = self.runs.new(run_id, hosted.agent_id, method, session)
         run_id = run.run_id
         permission = self.remote.permission_handler(session, hosted)
@@ -574,6 +576,7 @@ class AgentService:
             prepared = prepare(request.input, config)  # -32010 before anything is queued
         except InvalidMessageError as error:
             raise invalid_message(error) from None
+        await require_sandbox(config)
         run = self.runs.new(run_id, None, "oma/runAgent", session)
 
         async def progress(event: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from oma_bridge.backends import RUN_ID_LABEL
+from oma_bridge.backends.command import CommandSettings
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.agents.runs import LiveRun
 
@@ -18,16 +19,21 @@ AGENT_ID_LABEL = "agentId"
 
 
 def agent_rows(agents: Mapping[str, HostedAgent]) -> list[dict[str, Any]]:
-    return [
-        {
-            "agentId": hosted.agent_id,
-            "profile": hosted.profile_name,
-            "kind": hosted.agent.kind,
-            "state": hosted.agent.state.status,
-            "queuedRuns": hosted.queued,
-        }
-        for hosted in agents.values()
-    ]
+    return [_agent_row(hosted) for hosted in agents.values()]
+
+
+def _agent_row(hosted: HostedAgent) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "agentId": hosted.agent_id,
+        "profile": hosted.profile_name,
+        "kind": hosted.agent.kind,
+        "state": hosted.agent.state.status,
+        "queuedRuns": hosted.queued,
+    }
+    backend = hosted.agent.config.backend
+    if isinstance(backend, CommandSettings):  # the sandbox the agent runs in (§19.1)
+        row["sandbox"] = backend.sandbox_info()
+    return row
 
 
 def run_rows(runs: Mapping[str, LiveRun]) -> list[dict[str, Any]]:
