@@ -1,6 +1,9 @@
 // A real ACP agent on the official TypeScript SDK (@agentclientprotocol/sdk 2.4.0).
-// Scenarios by the first word of the prompt's last paragraph: "echo ...", "tools", "slow".
+// Scenarios by the first word of the prompt's last paragraph: "echo ...", "tools", "slow",
+// "peek PATH" (says peek:ok:<text> or peek:<error code>: what the agent itself can read),
+// "terminal SHELL-COMMAND" (runs it with terminal/create, says its exit code and output).
 // The SDK is resolved from OMA_ACP_TS_SDK_DIR (a folder holding node_modules).
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
@@ -44,6 +47,29 @@ const app = acp
         ],
       });
       await say(client, sid, `permission:${answer.outcome.optionId ?? answer.outcome.outcome}`);
+      return { stopReason: "end_turn" };
+    }
+    if (word === "peek") {
+      const path = last.slice("peek ".length);
+      let seen;
+      try {
+        seen = `peek:ok:${readFileSync(path, "utf8")}`;
+      } catch (error) {
+        seen = `peek:${error.code}`;
+      }
+      await say(client, sid, seen);
+      return { stopReason: "end_turn" };
+    }
+    if (word === "terminal") {
+      const { terminalId } = await client.request("terminal/create", {
+        sessionId: sid,
+        command: "sh",
+        args: ["-c", last.slice("terminal ".length)],
+      });
+      const exit = await client.request("terminal/wait_for_exit", { sessionId: sid, terminalId });
+      const { output } = await client.request("terminal/output", { sessionId: sid, terminalId });
+      await client.request("terminal/release", { sessionId: sid, terminalId });
+      await say(client, sid, `exit:${exit.exitCode}\n${output}`);
       return { stopReason: "end_turn" };
     }
     if (word === "slow") {

@@ -22,7 +22,8 @@ def attempt(name: str, action: Callable[[], object]) -> None:
     try:
         detail = action()
     except Exception as error:  # every failure is the finding, not a crash
-        print(json.dumps({"attempt": name, "ok": False, "error": f"{type(error).__name__}: {error}"}))
+        failure = f"{type(error).__name__}: {error}"
+        print(json.dumps({"attempt": name, "ok": False, "error": failure}))
     else:
         print(json.dumps({"attempt": name, "ok": True, "detail": str(detail)[:200]}))
     sys.stdout.flush()
@@ -51,7 +52,7 @@ def main() -> None:
         attempt(f"connect {port}", lambda port=port: connect(port))
     for name in plan.get("environ", []):
         attempt(f"environ {name}", lambda name=name: os.environ[name])
-    attempt("whoami", lambda: f"uid={os.getuid()} pid={os.getpid()} cwd={os.getcwd()}")
+    attempt("whoami", lambda: f"uid={os.getuid()} pid={os.getpid()} cwd={Path.cwd()}")
 
 
 if __name__ == "__main__":
