@@ -37,6 +37,8 @@ import pytest
 __all__ = [
     "ACPX",
     "ACP_TS_SDK",
+    "CLAUDE_AGENT_ACP",
+    "CODEX_ACP",
     "INSTALL_TIMEOUT_S",
     "WS",
     "NpmPackage",
@@ -80,6 +82,12 @@ ACPX = NpmPackage("acpx", "0.19.1")
 #: ``experimental/ws-client`` can send an ``Authorization`` header only through a
 #: constructor that takes headers, such as ``ws``'s.
 WS = NpmPackage("ws", "8.18.3")
+#: Real coding agents, started offline (they answer ``initialize`` without an
+#: account): Zed's ACP adapter of Codex, which brings its binary in a platform
+#: package, and the ACP adapter of Claude Code (``engines.node >= 22``; what
+#: ``initialize`` needs runs on node 20).
+CODEX_ACP = NpmPackage("@zed-industries/codex-acp", "0.16.0")
+CLAUDE_AGENT_ACP = NpmPackage("@agentclientprotocol/claude-agent-acp", "0.101.0")
 
 
 class NpmUnavailable(RuntimeError):
