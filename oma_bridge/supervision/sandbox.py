@@ -137,8 +137,7 @@ class Bubblewrap:
         if probed is None or not self._still_valid(probed):
             probed = await anyio.to_thread.run_sync(self._probe, network)
             self._probed[network] = probed
-        if probed.problem is not None:
-            raise probed.problem
+        _raise_problem(probed)
 
     def _still_valid(self, probed: _Probed) -> bool:
         if probed.problem is not None:
@@ -153,8 +152,9 @@ class Bubblewrap:
         whole file system (``/``).
         """
         probed = self._probed.get(sandbox.network)
-        if probed is None or probed.problem is not None:
-            raise probed.problem if probed and probed.problem else RuntimeError("check() first")
+        if probed is None:
+            raise RuntimeError("Bubblewrap.argv() before check()")
+        _raise_problem(probed)
         return _argv(probed.prefix, command, sandbox, cwd, self.hidden)
 
     def _probe(self, network: bool) -> _Probed:
@@ -189,6 +189,12 @@ class Bubblewrap:
             logger.warning("sandbox unavailable: %s", reason)
             return _Probed(binary, None, problem, now)
         return _Probed(binary, _identity(binary), None, now, prefix)
+
+
+def _raise_problem(probed: _Probed) -> None:
+    # A new error each time: one instance raised again and again would pile up tracebacks.
+    if probed.problem is not None:
+        raise SandboxUnavailableError(probed.problem.reason, probed.problem.fix)
 
 
 def _argv(

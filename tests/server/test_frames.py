@@ -66,6 +66,10 @@ async def test_every_method_is_refused_before_initialize(short_dir: Path) -> Non
         await initialize(ws)
 
 
+#: How every process and acp profile without a sandbox shows (PROTOCOL §19.1).
+UNSANDBOXED = {"kind": "none", "network": True}
+
+
 async def test_initialize_result_and_agents_list(short_dir: Path) -> None:
     async with unix_session(make_config(short_dir, tcp=False)) as (_running, ws):
         result = await initialize(ws)
@@ -75,8 +79,8 @@ async def test_initialize_result_and_agents_list(short_dir: Path) -> None:
         assert isinstance(result["serverInfo"]["version"], str)
         expected = [
             {"name": "echo", "kind": "llm", "description": "echo", "model": "echo-1"},
-            {"name": "wordcount", "kind": "process"},
-            {"name": "demo", "kind": "acp", "model": "demo-model"},
+            {"name": "wordcount", "kind": "process", "sandbox": UNSANDBOXED},
+            {"name": "demo", "kind": "acp", "model": "demo-model", "sandbox": UNSANDBOXED},
         ]
         assert result["agents"] == expected
         listed = await call(ws, "agents/list", request_id=2)
