@@ -204,7 +204,7 @@ def _argv(
     cwd: str | None,
     hidden: Sequence[str],
 ) -> list[str]:
-    """``prefix``, then the home folder, the mounts of :func:`_mounts` and ``command``."""
+    """``prefix``, then the mounts of :func:`_mounts`, then ``command``."""
     start = os.path.abspath(cwd) if cwd else os.getcwd()  # noqa: PTH100, PTH109
     home = _home()
     folder = _expand(sandbox.folder, home) if sandbox.folder else start
@@ -215,10 +215,10 @@ def _argv(
             "give the profile a cwd of its own",
         )
     args = list(prefix)
-    if home is not None:
-        args += ["--tmpfs", home]
     for path, how in _mounts(sandbox, folder, home, hidden):
-        if how == "hide":
+        if how == "home":
+            args += ["--tmpfs", path]
+        elif how == "hide":
             args += ["--tmpfs", path, "--remount-ro", path]
         elif how == "folder":
             args += ["--bind", path, path]
@@ -231,12 +231,13 @@ def _argv(
 def _mounts(
     sandbox: Sandbox, folder: str, home: str | None, hidden: Sequence[str]
 ) -> list[tuple[str, str]]:
-    """``(path, "read" | "write" | "folder" | "hide")``, shallowest first.
+    """``(path, "home" | "read" | "write" | "folder" | "hide")``, shallowest first.
 
-    A deeper mount covers a shallower one: a read path inside the folder
-    stays read-only, and a hidden folder of the daemon's is emptied where a
-    bound path shows it, but a folder bound inside it (a worktree in the
-    state folder) still shows.
+    A deeper mount covers a shallower one: the home folder stays empty under
+    a bound ``/home`` (but for what is bound inside it), a read path inside
+    the folder stays read-only, and a hidden folder of the daemon's is
+    emptied where a bound path shows it, but a folder bound inside it (a
+    worktree in the state folder) still shows.
     """
     paths: dict[str, str] = {}
     for raw in sandbox.read:
@@ -246,12 +247,14 @@ def _mounts(
     paths[folder] = "folder"
     bound = list(paths)
     mounts = list(paths.items())
+    if home is not None:
+        mounts.append((home, "home"))
     for ours in hidden:
         shown = any(_inside(ours, path) for path in bound)
         if shown and ours != folder and Path(ours).is_dir():
             mounts.append((ours, "hide"))
-    rank = {"read": 0, "write": 0, "folder": 1, "hide": 2}
-    return sorted(mounts, key=lambda mount: (mount[0].count("/"), rank[mount[1]]))
+    rank = {"home": 0, "read": 1, "write": 1, "folder": 2, "hide": 3}
+    return sorted(mounts, key=lambda mount: (mount[0].rstrip("/").count("/"), rank[mount[1]]))
 
 
 def locate(binary: str | None) -> str | None:

@@ -25,12 +25,18 @@ from daemon.conftest import daemon
 from support.wire import wire_client
 from websockets.asyncio.client import unix_connect
 
+from oma_bridge.backends.acp.terminal import Terminals
 from oma_bridge.backends.process.config import ProcessConfig
-from oma_bridge.errors import SandboxUnavailableError
+from oma_bridge.errors import SandboxUnavailableError, WireError
+from oma_bridge.rpc.codes import RESOURCE_NOT_FOUND
 from oma_bridge.server.config import ConfigError, parse_config
 from oma_bridge.supervision import sandbox as sandboxing
 from oma_bridge.supervision.sandbox import Bubblewrap, Sandbox
-from oma_bridge.supervision.supervisor import Supervisor
+from oma_bridge.supervision.supervisor import (
+    Supervisor,
+    configure_supervisor,
+    default_supervisor,
+)
 from oma_bridge.wire.codes import SANDBOX_UNAVAILABLE
 
 pytestmark = pytest.mark.anyio
@@ -49,9 +55,9 @@ command = "cat"
 
 
 def mounts(argv: list[str]) -> list[tuple[str, str]]:
-    """``(option, path)`` of the mounts after the home folder's tmpfs, up to ``--chdir``."""
+    """``(option, path)`` of the mounts after ``/tmp``'s tmpfs, up to ``--chdir``."""
     found: list[tuple[str, str]] = []
-    index = argv.index("--tmpfs", argv.index("/tmp") + 1)
+    index = argv.index("/tmp") + 1
     while argv[index] != "--chdir":
         option = argv[index]
         if option in ("--bind", "--bind-try", "--ro-bind-try"):
@@ -72,8 +78,11 @@ async def checked(binary: str | None = None, **options: Any) -> Bubblewrap:
 
 
 @pytest.mark.usefixtures("require_bwrap")
-async def test_deeper_mounts_win_and_the_daemons_folders_stay_hidden(tmp_path: Path) -> None:
-    home = str(Path.home())
+async def test_deeper_mounts_win_and_the_daemons_folders_stay_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = str(tmp_path / "home")
+    monkeypatch.setenv("HOME", home)
     state = tmp_path / "state"
     worktree = state / "worktrees" / "agt_1"
     worktree.mkdir(parents=True)
@@ -82,12 +91,12 @@ async def test_deeper_mounts_win_and_the_daemons_folders_stay_hidden(tmp_path: P
     argv = bubblewrap.argv(["cat"], sandbox=sandbox, cwd=str(worktree))
     assert argv[-2:] == ["--", "cat"] and argv[-4:-2] == ["--chdir", str(worktree)]
     assert mounts(argv) == [
-        ("--tmpfs", home),
-        ("--ro-bind-try", f"{home}/.npm"),
-        ("--bind-try", f"{home}/.cache"),
         ("--ro-bind-try", str(tmp_path)),
-        ("--tmpfs", str(state)),  # shown by the read path, emptied...
-        ("--bind", str(worktree)),  # ...but for the agent's own folder inside it
+        ("--tmpfs", home),  # the home folder stays empty under the read path...
+        ("--tmpfs", str(state)),  # ...and so does the daemon's state folder...
+        ("--ro-bind-try", f"{home}/.npm"),  # ...but for what is listed inside them
+        ("--bind-try", f"{home}/.cache"),
+        ("--bind", str(worktree)),
     ]
     for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent"):
         assert flag in argv
@@ -103,6 +112,12 @@ async def test_deeper_mounts_win_and_the_daemons_folders_stay_hidden(tmp_path: P
     assert mounts(bubblewrap.argv(["cat"], sandbox=inner, cwd=None))[-2:] == [
         ("--bind", str(worktree)),
         ("--ro-bind-try", f"{worktree}/vendor"),
+    ]
+    # The folder may be the home folder itself: then it shows whole.
+    whole = Sandbox(folder="~", network=False)
+    assert mounts(bubblewrap.argv(["cat"], sandbox=whole, cwd=None)) == [
+        ("--tmpfs", home),
+        ("--bind", home),
     ]
     with pytest.raises(SandboxUnavailableError, match="folder is /"):
         bubblewrap.argv(["cat"], sandbox=Sandbox(network=False), cwd="/")
@@ -300,3 +315,18 @@ async def _call(ws: Any, method: str, params: Any = None) -> dict[str, Any]:
 def _audit(folder: Path) -> list[dict[str, Any]]:
     path = folder / "state" / "audit.jsonl"
     return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+async def test_a_terminal_that_cannot_be_sandboxed_is_refused_to_the_agent(
+    tmp_path: Path,
+) -> None:
+    configure_supervisor(bwrap=str(tmp_path / "no-bwrap"))
+    try:
+        terminals = Terminals(tmp_path, sandbox=Sandbox(folder=str(tmp_path)))
+        with pytest.raises(WireError) as refused:
+            await terminals.handle("terminal/create", {"command": "sh", "args": ["-c", "id"]})
+        assert refused.value.rpc_code == RESOURCE_NOT_FOUND
+        assert refused.value.message.startswith("cannot start sh: The sandbox cannot be applied")
+        assert default_supervisor().live() == []
+    finally:
+        configure_supervisor()
