@@ -14,7 +14,13 @@ hits every contender alike):
   else: what bubblewrap itself costs, without the library.
 
 Reported: per-run milliseconds (median and best round) and their ratios to
-the baseline's (target for the sandboxed run: <= 1.3x, issue 26).
+the baseline's (target for the sandboxed run: <= 1.3x, issue 26), and the
+CPU time a run costs, ours and the children's (``getrusage``: bubblewrap's
+processes and ``cat``, counted once reaped; median round), which a loaded
+machine moves far less than the wall time.  bubblewrap's setup is a chain
+of three processes handing over to each other (launcher, the sandbox's
+init, the command), so on a loaded machine each hand-over waits for a CPU
+and the wall time grows much faster than the CPU time.
 
 Run: ``.venv/bin/python bench/bench_sandbox.py [--runs 400] [--rounds 20]``
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import statistics
 import tempfile
 import time
@@ -62,6 +69,7 @@ async def main(runs: int, rounds: int) -> None:
     ]
     per_round = max(1, runs // rounds)
     samples: list[list[float]] = [[] for _ in contenders]
+    cpu: list[list[float]] = [[] for _ in contenders]
     for _, fn in contenders:
         for _ in range(10):
             await fn()  # warm-up: imports, the watchdog, the probe
@@ -72,23 +80,43 @@ async def main(runs: int, rounds: int) -> None:
         shuffle(order)
         for index in order:
             fn = contenders[index][1]
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), _cpu()
             for _ in range(per_round):
                 await fn()
             samples[index].append((time.perf_counter() - start) / per_round)
+            cpu[index].append((_cpu() - cpu_start) / per_round)
     base_median, base_best = statistics.median(samples[0]), min(samples[0])
     rows = []
-    for (name, _), out in zip(contenders, samples, strict=True):
+    base_cpu = statistics.median(cpu[0])
+    for (name, _), out, spent in zip(contenders, samples, cpu, strict=True):
         median, best = statistics.median(out), min(out)
         ratios = [f"{median / base_median:.2f}x", f"{best / base_best:.2f}x"]
-        rows.append([name, f"{median * 1e3:.3f}", f"{best * 1e3:.3f}", *ratios])
+        cpu_ms = statistics.median(spent)
+        cpu_cells = [f"{cpu_ms * 1e3:.3f}", f"{cpu_ms / base_cpu:.2f}x"]
+        rows.append([name, f"{median * 1e3:.3f}", f"{best * 1e3:.3f}", *ratios, *cpu_cells])
     print(
         f"{machine()}; {per_round * rounds} runs each of cat with a 1 KB prompt; "
         f"load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
     )
     print()
-    headers = ["contender", "median ms/run", "best ms/run", "ratio (median)", "ratio (best)"]
+    headers = [
+        "contender",
+        "median ms/run",
+        "best ms/run",
+        "ratio (median)",
+        "ratio (best)",
+        "CPU ms/run",
+        "CPU ratio",
+    ]
     print_table(headers, rows)
+
+
+def _cpu() -> float:
+    """CPU seconds so far: this process's and its reaped children's, user and system."""
+    ours, theirs = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return ours.ru_utime + ours.ru_stime + theirs.ru_utime + theirs.ru_stime
 
 
 if __name__ == "__main__":
