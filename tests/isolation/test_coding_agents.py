@@ -49,13 +49,13 @@ async def initialize(config: AcpConfig, folder: Path) -> dict[str, object]:
         sandbox=config.sandbox_policy(str(folder)),
     )
     try:
-        await process.send_line(orjson.dumps(INITIALIZE))
+        await process.send(orjson.dumps(INITIALIZE))
         with anyio.fail_after(60):
             answer = await process.receive()
-        assert isinstance(answer, dict), (answer, process.stderr_tail())
+        assert isinstance(answer, dict), (answer, process.diagnostics())
         return answer
     finally:
-        await process.terminate(2)
+        await process.close(2)
 
 
 @pytest.mark.parametrize(
@@ -114,6 +114,6 @@ async def test_bubblewrap_nests_in_the_sandbox(tmp_path: Path) -> None:
             code = await process.process.wait()
         output = b"".join([chunk async for chunk in process.process.stdout]).decode()
     finally:
-        await process.terminate(0)
-    assert code == 0, (output, process.stderr_tail())
+        await process.close(0)
+    assert code == 0, (output, process.diagnostics())
     assert output.split() == ["nested", "1"], output
