@@ -159,14 +159,19 @@ async def test_agent_ignoring_eof_and_sigterm_is_gone_after_close(tmp_path: Path
 
 
 async def test_profile_timeout_cancels_the_turn(tmp_path: Path) -> None:
-    # 2 s, not less: the second run must finish within the same profile limit
-    # on a loaded machine (the first one waits for the cancel whatever the limit).
+    # The limit times turns, not the agent's start: on a loaded machine starting the
+    # scenario agent alone took 2-6 s, so it is started (and its session opened) first,
+    # by a session request, which no run's limit covers. 2 s, not less: the second run
+    # must finish within the same profile limit (the first waits for the cancel anyway).
     backend = AcpBackend(scenario_config(tmp_path, timeout_s=2.0), agent_name="coder")
     try:
+        await backend.session_request("session/set_mode", {"modeId": "default"})
+        pid = backend.pid
         with pytest.raises(RunTimeoutError, match=r'"coder" exceeded whole-run timeout of 2000ms'):
             await run_text(backend, "slow")
         outcome, _ = await run_text(backend, "echo still here")
         assert outcome.output == "echo still here"
+        assert backend.pid == pid, "the timeout cancelled the turn, not the agent"
     finally:
         await backend.aclose()
 
