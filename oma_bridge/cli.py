@@ -1,4 +1,4 @@
-"""The ``oma-bridge`` command line: ``serve``, ``run``, ``acp``, ``watch``, ``team``, ``ui``, ...
+"""The ``oma-bridge`` command line: ``serve``, ``run``, ``acp``, ``watch``, ``result``, ``ui``, ...
 
 Every command but ``serve`` finds the daemon through its discovery file, or
 at ``--url`` (with ``--token-file`` and ``--ca-file``: :func:`client_options`),
@@ -94,12 +94,25 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
 
     watch = commands.add_parser(
-        "watch", help="print a live agent's text as it streams", parents=[remote]
+        "watch",
+        help="print an agent's journal text, and its runs in flight as they stream",
+        parents=[remote],
     )
     watch.add_argument("agent_id", metavar="AGENT_ID", help="an agent id (see `oma-bridge status`)")
+    watch.add_argument("--after-seq", type=int, metavar="N", help="only the journal after entry N")
     watch.add_argument(
-        "--after-seq", type=int, metavar="N", help="replay the journal after entry N first"
+        "--follow",
+        action="store_true",
+        help="keep following for runs to come (default: exit once no run is in flight)",
     )
+
+    result = commands.add_parser(
+        "result", help="print a finished run's result (its output)", parents=[remote]
+    )
+    result.add_argument(
+        "run_id", metavar="RUN_ID", help="a run id (`oma-bridge run --detach` prints it)"
+    )
+    result.add_argument("--json", action="store_true", help="print the whole result as JSON")
 
     acp = commands.add_parser(
         "acp",
@@ -413,16 +426,81 @@ async def _detach(client: Any, agent_id: str, run_input: Any) -> str:
 
 
 async def _watch(args: argparse.Namespace) -> int:
+    """What the agent's journal holds (after ``--after-seq``), then its runs in flight as
+    they stream; it ends when none is left (PROTOCOL §18.4), or never with ``--follow``."""
     async with _connect(args) as client:
-        async for item in client.watch(args.agent_id, after_seq=args.after_seq):
-            text = item.text
-            if text is not None:
-                sys.stdout.write(text)
-                sys.stdout.flush()
-            elif item.entry.get("type") == "run_end":
-                sys.stdout.write("\n")
-                sys.stdout.flush()
+        # Taken first: a run in flight now ends after it, so its run_end is in
+        # the journal read next or among the live entries after it.
+        pending = await _runs_in_flight(client, args.agent_id)
+        held = await client.journal(args.agent_id, after_seq=args.after_seq)
+        ended = {str(item.entry.get("runId")) for item in held if item.type == "run_end"}
+        for item in held:
+            _print_entry(item)
+        pending -= ended
+        if not pending and not args.follow:
+            return 0
+        cursor = held[-1].seq if held else (args.after_seq or 0)
+        async with client.watch(args.agent_id, after_seq=cursor) as entries:
+            async for item in entries:
+                _print_entry(item)
+                if item.type != "run_end" or args.follow:
+                    continue
+                ended.add(str(item.entry.get("runId")))
+                pending = (pending | await _runs_in_flight(client, args.agent_id)) - ended
+                if not pending:
+                    break
     return 0
+
+
+async def _runs_in_flight(client: Client, agent_id: str) -> set[str]:
+    """The ids of the agent's runs that are running or queued."""
+    status = await client.status()
+    return {str(run["runId"]) for run in status["runs"] if run.get("agentId") == agent_id}
+
+
+def _print_entry(item: Any) -> None:
+    text = item.text
+    if text is not None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    elif item.type == "run_end":
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+async def _result(args: argparse.Namespace) -> int:
+    """``run/result``: a finished run's output on stdout (or the whole result, ``--json``)."""
+    from oma_bridge.client import DaemonError
+    from oma_bridge.wire.codes import RUN_IN_PROGRESS
+
+    async with _connect(args) as client:
+        try:
+            result = await client.result(args.run_id)
+        except DaemonError as error:
+            if error.rpc_code != RUN_IN_PROGRESS:
+                raise
+            print(
+                f"oma-bridge: run {args.run_id} is still running; "
+                "ask again once it has ended, or follow it with `oma-bridge watch AGENT_ID`",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+    if args.json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(result.to_wire()).decode() + "\n")
+        return 0 if result.success else EXIT_FAILED
+    return _print_result(result)
+
+
+def _print_result(result: Any) -> int:
+    """A run's output on stdout (ended by a newline); a failure's reason on stderr: exit 1."""
+    if result.output:
+        sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
+    if result.success:
+        return 0
+    print(f"oma-bridge: run {result.status.code}: {result.status.message}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 async def _ui(args: argparse.Namespace) -> int:
@@ -814,6 +892,7 @@ _CLIENT_COMMANDS = {
     "status": _status,
     "run": _run,
     "watch": _watch,
+    "result": _result,
     "audit": _audit,
     "team": _team,
     "ui": _ui,

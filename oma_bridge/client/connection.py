@@ -19,12 +19,13 @@ from oma_bridge._version import __version__
 from oma_bridge.client.discovery import find_daemon, url_from_environment
 from oma_bridge.client.errors import (
     ConnectOptionError,
+    DaemonError,
     DaemonNotRunningError,
     DaemonTLSError,
     DaemonUnavailableError,
     client_error,
 )
-from oma_bridge.client.handles import RemoteAgent, Watch, new_run_id
+from oma_bridge.client.handles import JournalEntry, RemoteAgent, Watch, new_run_id
 from oma_bridge.client.routes import Routes
 from oma_bridge.client.teams import (
     OnDisconnect,
@@ -171,6 +172,43 @@ class Client:
             params["metadata"] = dict(metadata)
         with self.routes.progress(run_id, on_progress) if on_progress else nullcontext():
             return AgentRunResult.from_wire(await self.request("oma/runAgent", params))
+
+    async def result(self, run_id: str) -> AgentRunResult:
+        """``run/result``: the result of a finished run still in its agent's journal (or of a
+        one-off run).  A run still going raises :class:`DaemonError` -32014 (``RunInProgress``);
+        an unknown one -32011."""
+        return AgentRunResult.from_wire(await self.request("run/result", {"runId": run_id}))
+
+    async def journal(self, agent_id: str, *, after_seq: int | None = None) -> list[JournalEntry]:
+        """What ``agent_id``'s journal holds now, after ``after_seq`` (``None``: all it still
+        holds, its oldest entries being dropped first), read on this connection with
+        ``agent/watch`` and ``agent/unwatch``; :meth:`watch` follows it instead.
+
+        An ``after_seq`` the daemon no longer holds raises :class:`DaemonError`
+        (``CursorExpired``, with ``oldestSeq`` in its data).
+        """
+        entries: list[JournalEntry] = []
+
+        async def keep(seq: int, entry: dict[str, Any]) -> None:
+            entries.append(JournalEntry(agent_id, seq, entry))
+
+        with self.routes.journal(agent_id, keep):
+            try:
+                answer = await self.request(
+                    "agent/watch", {"agentId": agent_id, "afterSeq": after_seq or 0}
+                )
+            except DaemonError as error:
+                data = error.data if isinstance(error.data, Mapping) else {}
+                if after_seq is not None or data.get("name") != "CursorExpired":
+                    raise
+                entries.clear()
+                oldest = int(data["oldestSeq"])
+                answer = await self.request(
+                    "agent/watch", {"agentId": agent_id, "afterSeq": oldest - 1}
+                )
+            await self.request("agent/unwatch", {"agentId": agent_id})
+        # Live entries may come between the answer and the unwatch: they are not "now".
+        return [entry for entry in entries if entry.seq <= int(answer["seq"])]
 
     def watch(self, agent_id: str, *, after_seq: int | None = None, retry_s: float = 0.2) -> Watch:
         """Follow ``agent_id``'s journal; see :class:`Watch` (and :meth:`RemoteAgent.watch`)."""

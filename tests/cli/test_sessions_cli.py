@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import orjson
 import pytest
 from lifecycle.conftest import folder
 from lifecycle.harness import AGENTS_DIR, DaemonProcess, config_text, daemon_process
@@ -24,6 +25,12 @@ from oma_bridge.client import Client, DaemonError, connect
 __all__ = ["folder"]
 
 pytestmark = pytest.mark.anyio
+
+#: Prints "first", waits for the file its prompt names, prints "second".
+SLOW = (
+    "import pathlib, sys, time; release = pathlib.Path(sys.stdin.read().strip()); "
+    "print('first'); [time.sleep(0.02) for _ in iter(release.exists, True)]; print('second')"
+)
 
 AGENTS = f"""
 [agents.echo]
@@ -35,6 +42,11 @@ model = "echo-1"
 kind = "process"
 command = "wc"
 args = ["-w"]
+
+[agents.slow]
+kind = "process"
+command = "{sys.executable}"
+args = ["-uc", "{SLOW}"]
 
 [agents.asker]
 kind = "acp"
@@ -101,7 +113,7 @@ async def test_watch_prints_a_live_agents_text_as_it_streams(runtime: Path) -> N
         await agent.run("an earlier run")
         latest = (await s.client.request("agent/watch", {"agentId": agent.agent_id}))["seq"]
         await s.client.request("agent/unwatch", {"agentId": agent.agent_id})
-        command = [sys.executable, "-m", "oma_bridge.cli", "watch", agent.agent_id]
+        command = [sys.executable, "-m", "oma_bridge.cli", "watch", agent.agent_id, "--follow"]
         command += ["--after-seq", str(latest)]  # from here: nothing can fall in between
         process = await anyio.open_process(command, env=s.env, stderr=subprocess.PIPE)
         try:
@@ -118,6 +130,59 @@ async def test_watch_prints_a_live_agents_text_as_it_streams(runtime: Path) -> N
             with anyio.fail_after(10):
                 await process.wait()
             await process.aclose()
+
+
+async def test_watch_prints_what_the_journal_holds_and_exits(runtime: Path) -> None:
+    async with setup(runtime) as s:
+        fresh = await s.client.open("echo")
+        nothing = await cli(s.env, "watch", fresh.agent_id)
+        assert (nothing.returncode, nothing.stdout) == (0, b""), nothing.stderr
+        agent = await s.client.open("echo")
+        await agent.run("an earlier run")
+        await agent.run("a later one")
+        held = await cli(s.env, "watch", agent.agent_id)
+        assert held.returncode == 0, held.stderr
+        assert held.stdout == b"an earlier run\na later one\n"
+        first_end = next(
+            e.seq for e in await s.client.journal(agent.agent_id) if e.type == "run_end"
+        )
+        after = await cli(s.env, "watch", agent.agent_id, "--after-seq", str(first_end))
+        assert after.stdout == b"a later one\n"
+
+
+async def test_watch_follows_a_run_in_flight_to_its_end_and_result_prints_it(
+    runtime: Path,
+) -> None:
+    release = runtime / "release"
+    async with setup(runtime) as s:
+        started = await cli(s.env, "run", "slow", "--detach", str(release))
+        agent_id, run_id = started.stdout.decode().split()
+        running = await cli(s.env, "result", run_id)  # it waits for the release: still going
+        assert running.returncode == 1
+        assert f"run {run_id} is still running".encode() in running.stderr
+        command = [sys.executable, "-m", "oma_bridge.cli", "watch", agent_id]
+        process = await anyio.open_process(command, env=s.env, stderr=subprocess.PIPE)
+        try:
+            assert process.stdout is not None
+            printed = b""
+            with anyio.fail_after(20):
+                while b"first\n" not in printed:
+                    printed += await process.stdout.receive()
+                release.touch()  # the run ends: the watch follows it there, then exits
+                async for chunk in process.stdout:
+                    printed += chunk
+                assert await process.wait() == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+        assert printed == b"first\nsecond\n\n"  # the run's text, a newline at its end
+        done = await cli(s.env, "result", run_id)
+        assert (done.returncode, done.stdout) == (0, b"first\nsecond\n"), done.stderr
+        as_json = orjson.loads((await cli(s.env, "result", run_id, "--json")).stdout)
+        assert as_json["runId"] == run_id and as_json["success"] is True
+        unknown = await cli(s.env, "result", "no-such-run")
+        assert unknown.returncode == 2 and b"no-such-run" in unknown.stderr
 
 
 async def test_audit_prints_the_permission_records_of_one_agent(runtime: Path) -> None:
