@@ -29,7 +29,9 @@ WIRE: dict[str, str | None] = {
     "cancel": "run/cancel",
     "prepare": None,  # validates input in the caller's process: the daemon validates its own
     "prepare_prompt": None,  # likewise
-    "ensure_backend": None,  # the backend lives in the daemon
+    # An ACP session's own requests (session/set_mode, ...): the daemon's protocol has no
+    # method for them; the ACP facade serves them to its clients (docs/acp.md).
+    "session_request": None,
 }
 
 #: A stream's face: what ``RunStream`` offers and ``RemoteStream`` offers too.
