@@ -74,7 +74,37 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     serve.add_argument("--log-format", choices=("text", "json"), default="text")
 
     remote = client_options()
-    commands.add_parser("agents", help="list the daemon's agent profiles", parents=[remote])
+    agents = commands.add_parser(
+        "agents", help="list the daemon's agent profiles (or add one)", parents=[remote]
+    )
+    agents_commands = agents.add_subparsers(dest="agents_command", metavar="add")
+    add = agents_commands.add_parser(
+        "add",
+        help="append a profile of an ACP registry agent to your config",
+        description="Append [agents.NAME] with registry = ID to the config the daemon reads.",
+    )
+    add.add_argument("id", metavar="ID", help="an ACP registry id (see `oma-bridge registry list`)")
+    add.add_argument("--name", metavar="N", help="the profile's name (default: the id)")
+    add.add_argument("--version", dest="agent_version", metavar="V", help="a version (npx, uvx)")
+    add.add_argument(
+        "--binary-path", type=Path, metavar="FILE", help="the agent's executable (a binary entry)"
+    )
+    add.add_argument("--config", type=Path, help="the config file (default: your user config)")
+
+    registry = commands.add_parser(
+        "registry", help="the ACP agent registry: `list` its agents, --version of the snapshot"
+    )
+    registry.add_argument(
+        "--version",
+        dest="snapshot_version",
+        action="store_true",
+        help="print the commit and date of the registry snapshot the package ships",
+    )
+    registry.add_argument(
+        "--config", type=Path, help="read [server] acp_registry from this config file"
+    )
+    registry_commands = registry.add_subparsers(dest="registry_command", metavar="list")
+    registry_commands.add_parser("list", help="list the registry's agents")
     commands.add_parser("status", help="show agents, runs and processes", parents=[remote])
 
     run = commands.add_parser(
@@ -140,7 +170,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "team", help="run a task list or a team described in a TOML file (docs/teams.md)"
     )
     team.add_argument("file", type=Path, metavar="FILE.toml", help="[[tasks]], or a team and goal")
-    return parser, {"serve": serve, "run": run}
+    return parser, {"serve": serve, "run": run, "registry": registry}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,6 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from oma_bridge.shim import main as shim
 
         return shim(args)
+    if args.command == "registry":
+        return _registry(args, subparsers["registry"])
+    if args.command == "agents" and args.agents_command == "add":
+        return _agents_add(args)
     import anyio
 
     from oma_bridge.client import ConnectOptionError, DaemonError, DaemonNotRunningError
@@ -299,6 +333,130 @@ async def _agents(args: argparse.Namespace) -> int:
     rows = [[a["name"], a["kind"], a.get("model", ""), a.get("description", "")] for a in agents]
     print(_table(["NAME", "KIND", "MODEL", "DESCRIPTION"], rows) if rows else "no agents")
     return 0
+
+
+def _registry(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``registry --version`` and ``registry list`` (read here, no daemon needed)."""
+    from oma_bridge.acp_registry import RegistryError, load_registry, snapshot
+    from oma_bridge.paths import default_config_path
+
+    try:
+        path, where = _configured_registry(
+            args.config or default_config_path(), must_exist=args.config is not None
+        )
+    except ValueError as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.snapshot_version:
+        shipped = snapshot()
+        print(f"ACP registry snapshot {shipped.commit} of {shipped.date} ({shipped.repository})")
+        if path is not None:
+            print(f"in use instead: {path} ({where})")
+        return 0
+    if args.registry_command != "list":
+        parser.print_help()
+        return 0
+    try:
+        registry = load_registry(path)
+    except RegistryError as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    rows = [
+        [e.id, e.name, e.version, ", ".join(e.distributions), e.description]
+        for e in registry.entries.values()
+    ]
+    print(_table(["ID", "NAME", "VERSION", "DISTRIBUTION", "DESCRIPTION"], rows))
+    for refused in registry.refused:
+        print(f"oma-bridge: refused: {refused}", file=sys.stderr)
+    print(f"\n{len(rows)} agents in {registry.source}; add one: oma-bridge agents add ID")
+    return 0
+
+
+def _configured_registry(source: Path, *, must_exist: bool) -> tuple[Path | None, str]:
+    """``[server] acp_registry`` of the config at ``source``, and where it is set.
+
+    Read with tomllib alone (the rest of the config is the daemon's to
+    check): a relative path is the config file's folder's, ``~`` is expanded.
+    """
+    import os
+    import tomllib
+
+    try:
+        raw = tomllib.loads(source.expanduser().read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if must_exist:
+            raise ValueError(f"{source}: no such file") from None
+        return None, ""
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{source}: cannot read it: {exc}") from None
+    server = raw.get("server")
+    value = server.get("acp_registry") if isinstance(server, dict) else None
+    if value is None:
+        return None, ""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{source}: server.acp_registry: must be a path")
+    path = Path(value).expanduser()
+    folder = source.expanduser().resolve().parent
+    return Path(os.path.normpath(path if path.is_absolute() else folder / path)), (
+        f"[server] acp_registry in {source}"
+    )
+
+
+def _agents_add(args: argparse.Namespace) -> int:
+    """Append a registry profile to the user's config and say where, and how to reload."""
+    from oma_bridge.acp_registry import RegistryError, load_registry
+    from oma_bridge.paths import default_config_path
+    from oma_bridge.server.config import ConfigError
+    from oma_bridge.server.config_append import ConfigAppendError, append_agent_profile
+
+    path = (args.config or default_config_path()).expanduser()
+    try:
+        registry_path, _ = _configured_registry(path, must_exist=False)
+        entry = load_registry(registry_path).entry(args.id)
+    except (ValueError, RegistryError) as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    if not entry.packages and args.binary_path is None:
+        from oma_bridge.acp_registry import LaunchError, launch
+
+        try:
+            launch(entry)
+        except LaunchError as error:
+            print(f"oma-bridge: {error}; give it with --binary-path FILE", file=sys.stderr)
+        return EXIT_INVALID
+    name = args.name or entry.id
+    keys = {"kind": "acp", "registry": entry.id}
+    if args.agent_version is not None:
+        keys["version"] = args.agent_version
+    if args.binary_path is not None:
+        keys["binary_path"] = str(args.binary_path.expanduser().absolute())
+    comment = (
+        f"{entry.name} ({entry.id} {args.agent_version or entry.version}, "
+        f"{', '.join(entry.distributions)}) from the ACP registry: {entry.description}\n"
+        "Added by `oma-bridge agents add`."
+    )
+    try:
+        append_agent_profile(path, name, keys, comment=comment)
+    except (ConfigAppendError, ConfigError, OSError) as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"added [agents.{name}] (registry {entry.id}) to {path}")
+    print(
+        "a running daemon reads it on reload: `systemctl --user reload oma-bridge`, "
+        f"`kill -HUP {_daemon_pid() or 'PID'}`, or a restart"
+    )
+    print(f"then: `oma-bridge run {name} hello`, or in an editor the agent `oma-bridge acp {name}`")
+    return 0
+
+
+def _daemon_pid() -> int | None:
+    """The pid of the local daemon, when one is running (for the reload hint)."""
+    from oma_bridge.client import DaemonNotRunningError, find_daemon
+
+    try:
+        return find_daemon().pid
+    except DaemonNotRunningError:
+        return None
 
 
 async def _status(args: argparse.Namespace) -> int:

