@@ -77,6 +77,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     agents = commands.add_parser(
         "agents", help="list the daemon's agent profiles (or add one)", parents=[remote]
     )
+    agents.add_argument(
+        "--probe",
+        action="store_true",
+        help="start each acp agent once to show what it can do (its initialize)",
+    )
     agents_commands = agents.add_subparsers(dest="agents_command", metavar="add")
     add = agents_commands.add_parser(
         "add",
@@ -329,10 +334,38 @@ def _connect(args: argparse.Namespace) -> AbstractAsyncContextManager[Client]:
 
 async def _agents(args: argparse.Namespace) -> int:
     async with _connect(args) as client:
-        agents = await client.list_agents()
+        agents = await (client.probe_agents() if args.probe else client.list_agents())
     rows = [[a["name"], a["kind"], a.get("model", ""), a.get("description", "")] for a in agents]
     print(_table(["NAME", "KIND", "MODEL", "DESCRIPTION"], rows) if rows else "no agents")
-    return 0
+    advertised = [
+        [a["name"], *_capability_cells(a["capabilities"])] for a in agents if "capabilities" in a
+    ]
+    if advertised:
+        print("\nCAPABILITIES (what each acp agent said at its last initialize)")
+        print(_table(["NAME", "LOAD", "SESSION", "PROMPT", "MCP", "AUTH"], advertised))
+    failed = [a for a in agents if "probeError" in a]
+    for agent in failed:
+        print(f"oma-bridge: {agent['name']}: {agent['probeError']}", file=sys.stderr)
+    return EXIT_FAILED if failed else 0
+
+
+def _capability_cells(caps: dict[str, Any]) -> list[str]:
+    """One table row of an agent's capabilities: what it offers, by name."""
+
+    def offered(values: Any) -> str:
+        # ``{"image": true}``, ``{"resume": {}}``: a name is offered when its value is
+        # true or an object (ACP's markers), not when false or null.
+        chosen = [k for k, v in (values or {}).items() if v is True or isinstance(v, dict)]
+        return ", ".join(sorted(chosen)) or "-"
+
+    methods = [m.get("id") for m in caps.get("authMethods", []) if isinstance(m, dict)]
+    return [
+        "yes" if caps.get("loadSession") else "no",
+        offered(caps.get("sessionCapabilities")),
+        offered(caps.get("promptCapabilities")),
+        offered(caps.get("mcpCapabilities")),
+        ", ".join(str(m) for m in methods if m) or "-",
+    ]
 
 
 def _registry(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -576,6 +576,13 @@ async def _session(rec: Recorder) -> None:
     crashed = await rec.call("agent/stream", {"agentId": acp, "input": "crash"})
     assert crashed["result"]["success"] is False
     assert (await rec.call("agent/close", {"agentId": acp}))["result"] == {}
+    # What the acp profile's agent can do (§22.2): in agents/list, daemon/status, a probe's.
+    listed = (await rec.call("agents/list"))["result"]["agents"]
+    assert "capabilities" in next(a for a in listed if a["name"] == "scenario")
+    assert "scenario" in (await rec.call("daemon/status"))["result"]["capabilities"]
+    probed = (await rec.call("agents/probe", {"profiles": ["scenario"]}))["result"]["agents"]
+    assert next(a for a in probed if a["name"] == "scenario")["capabilities"]["loadSession"]
+    assert (await rec.call("agents/probe", {"profiles": ["nope"]}))["error"]["code"] == -32011
 
     # The audit log's tail (extension), oldest first: the permission decisions
     # above are its last two permission records (spawns and exits come between).

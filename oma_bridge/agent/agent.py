@@ -21,6 +21,7 @@ from oma_bridge.agent.input import (
 )
 from oma_bridge.agent.stream import STREAM_BUFFER, HookFailed, LiveStreams, RunStream
 from oma_bridge.backends import (
+    Advertising,
     Backend,
     BackendKind,
     BackendOutcome,
@@ -361,6 +362,29 @@ class Agent:
         if not isinstance(backend, SessionRequests):
             raise BackendError(f'Agent "{self.name}" ({self.kind}) has no session to send {method}')
         return await backend.session_request(method, params, emit=emit)
+
+    def advertised(self) -> dict[str, Any] | None:
+        """What the agent said it can do at its last start (an ACP agent's ``initialize``).
+
+        ``None`` for a kind that says nothing, and before the agent first
+        started; nothing is started to find out (that is :meth:`probe`).
+        """
+        backend = self._backend
+        return backend.advertised() if isinstance(backend, Advertising) else None
+
+    async def probe(self) -> dict[str, Any]:
+        """Start the agent once to hear what it can do (PROTOCOL §22.2), and end it.
+
+        An agent already running answers from its last start.  A
+        ``BackendError`` for a closed agent, a kind that says nothing, or an
+        agent that cannot be started.
+        """
+        if self._closed:
+            raise BackendError(f'Agent "{self.name}" is closed')
+        backend = self._get_backend()
+        if not isinstance(backend, Advertising):
+            raise BackendError(f'Agent "{self.name}" ({self.kind}) says nothing of what it can do')
+        return await backend.probe()
 
     # -- the run -------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from oma_bridge.results import StreamEvent, TokenUsage, ToolCallRecord
 
 __all__ = [
     "RUN_ID_LABEL",
+    "Advertising",
     "Backend",
     "BackendConfig",
     "BackendFactory",
@@ -218,6 +219,25 @@ class SessionRequests(Protocol):
     async def session_request(
         self, method: str, params: dict[str, Any], *, emit: Emit | None = None
     ) -> Any: ...
+
+
+@runtime_checkable
+class Advertising(Protocol):
+    """A backend whose agent says what it can do when it starts (an ACP agent's ``initialize``).
+
+    What it said is JSON (PROTOCOL §22.2: an ACP agent's ``loadSession``,
+    ``sessionCapabilities``, ``promptCapabilities``, ``mcpCapabilities``,
+    ``authMethods``); ``Agent.advertised()`` and ``Agent.probe()`` are how
+    the daemon reaches it, never the backend's class.
+    """
+
+    def advertised(self) -> dict[str, Any] | None:
+        """What the agent said at its last start; ``None`` before the first."""
+        ...
+
+    async def probe(self) -> dict[str, Any]:
+        """Start the agent once, only to hear what it says, and end it (between runs)."""
+        ...
 
 
 @runtime_checkable

@@ -114,6 +114,12 @@ class Client:
     async def list_agents(self) -> list[dict[str, Any]]:
         return list((await self.request("agents/list"))["agents"])
 
+    async def probe_agents(self, profiles: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """``agents/probe`` (PROTOCOL §22.2): the profiles, once each acp agent (or each of
+        ``profiles``) was started to say what it can do (``capabilities``, else ``probeError``)."""
+        params = {} if profiles is None else {"profiles": list(profiles)}
+        return list((await self.request("agents/probe", params))["agents"])
+
     async def open(
         self,
         profile: str,

@@ -95,7 +95,7 @@ def _builtin_methods(gateway: Gateway) -> MethodRegistry:
 
     async def agents_list(session: Session, params: Any) -> dict[str, Any]:
         parse_params(NoParams, params)
-        return {"agents": gateway.agent_infos}
+        return {"agents": gateway.profile_infos()}
 
     methods.add("agents/list", agents_list, inline=True)
 

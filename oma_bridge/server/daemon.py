@@ -191,6 +191,7 @@ class _Lifecycle:
     def started(self, value: RunningServer | None = None) -> None:
         assert value is not None
         self.live.service.connections = lambda: value.connections
+        value.gateway.capabilities = self.live.service.profile_capabilities
         self.live.attach(value.gateway)
         notifier = self.live.notifier
         notifier.ready(_status(self.live.current))

@@ -25,7 +25,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -93,7 +93,8 @@ class Gateway:
     def __init__(self, config: ServerConfig, methods: MethodRegistry) -> None:
         self.config = config
         self.methods = methods
-        self.agent_infos = agent_profile_infos(config.agents)
+        #: What each acp profile's agent can do, by profile (the daemon's agents say it).
+        self.capabilities: Callable[[], Mapping[str, Mapping[str, Any]]] = dict
         self.sessions: set[Session] = set()
         self._ids = itertools.count(1)
         #: Serves ``/acp`` and ``/acp/<profile>`` (the ACP facade), when set.
@@ -106,7 +107,11 @@ class Gateway:
         reload to every part in one step (:mod:`oma_bridge.server.daemon`).
         """
         self.config = config
-        self.agent_infos = agent_profile_infos(config.agents)
+
+    def profile_infos(self) -> list[dict[str, Any]]:
+        """``agents/list`` and ``initialize``'s profiles: the config's, with what their agents
+        said they can do (PROTOCOL §22.2)."""
+        return agent_profile_infos(self.config.agents, self.capabilities())
 
     def handler(self, listener: ListenerKind) -> Callable[[ServerConnection], Awaitable[None]]:
         """The websockets connection handler for one listener: this protocol, or ACP."""
@@ -277,5 +282,5 @@ class Gateway:
         return {
             "protocolVersion": PROTOCOL_VERSION,
             "serverInfo": {"name": "oma-bridge", "version": __version__},
-            "agents": self.agent_infos,
+            "agents": self.profile_infos(),
         }

@@ -1,9 +1,10 @@
 """Declared agent profiles: their public view, and the library config they stand for.
 
 :func:`agent_profile_info` is what clients may learn: exactly ``{"name",
-"kind", "description"?, "model"?}`` (docs/contract.md §4, §11.27), and for a
-process or acp profile its ``"sandbox": {"kind", "network"}`` (§19.1);
-nothing about commands, arguments, environments or folders leaves the daemon.
+"kind", "description"?, "model"?}`` (docs/contract.md §4, §11.27), for a
+process or acp profile its ``"sandbox": {"kind", "network"}`` (§19.1), and
+for an acp profile what its agent said it can do (PROTOCOL §22.2); nothing
+about commands, arguments, environments or folders leaves the daemon.
 
 :func:`profile_agent_config` turns a profile into the library's
 :class:`~oma_bridge.agent.AgentConfig` with an ``LlmConfig``,
@@ -46,9 +47,26 @@ def agent_profile_info(name: str, profile: Profile) -> dict[str, Any]:
     return info
 
 
-def agent_profile_infos(agents: Mapping[str, Profile]) -> list[dict[str, Any]]:
-    """The public view of every profile, in config order."""
-    return [agent_profile_info(name, profile) for name, profile in agents.items()]
+def agent_profile_infos(
+    agents: Mapping[str, Profile],
+    capabilities: Mapping[str, Mapping[str, Any]] | None = None,
+    problems: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The public view of every profile, in config order.
+
+    ``capabilities``: what each acp profile's agent said at its last
+    ``initialize`` (PROTOCOL §22.2); ``problems``: why a probe could not
+    start one (``probeError``).
+    """
+    infos = []
+    for name, profile in agents.items():
+        info = agent_profile_info(name, profile)
+        if capabilities is not None and name in capabilities:
+            info["capabilities"] = dict(capabilities[name])
+        if problems is not None and name in problems:
+            info["probeError"] = problems[name]
+        infos.append(info)
+    return infos
 
 
 def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> AgentConfig:

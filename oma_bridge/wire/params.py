@@ -27,6 +27,7 @@ __all__ = [
     "InitializeParams",
     "NoParams",
     "OpenParams",
+    "ProbeParams",
     "RunAgentConfig",
     "RunAgentParams",
     "RunIdParams",
@@ -180,6 +181,12 @@ class AuditParams(WireParams):
     """``daemon/audit`` (extension): how many of the newest records (at most 1000 are sent)."""
 
     limit: StrictInt = Field(default=100, ge=1)
+
+
+class ProbeParams(WireParams):
+    """``agents/probe`` (extension, PROTOCOL §22.2): the acp profiles to start; default all."""
+
+    profiles: tuple[StrictStr, ...] | None = None
 
 
 def parse_params(model: type[ModelT], params: Any) -> ModelT:

@@ -48,6 +48,7 @@ from oma_bridge.wire.params import (
     InitializeParams,
     NoParams,
     OpenParams,
+    ProbeParams,
     RunAgentParams,
     RunIdParams,
     RunParams,
@@ -600,6 +601,23 @@ class SandboxInfo(TypedDict):
 
 
 @with_config(_CLOSED)
+class AdvertisedCapabilities(TypedDict):
+    """What an acp profile's agent said at its last ``initialize`` (PROTOCOL §22.2).
+
+    Each value is the agent's own JSON as it sent it (an absent object is
+    ``{}``); ``initializedAt`` is when (Unix time).
+    """
+
+    loadSession: bool
+    sessionCapabilities: dict[str, Any]
+    promptCapabilities: dict[str, Any]
+    mcpCapabilities: dict[str, Any]
+    authMethods: list[dict[str, Any]]
+    agentInfo: NotRequired[dict[str, Any]]
+    initializedAt: float
+
+
+@with_config(_CLOSED)
 class AgentProfileInfo(TypedDict):
     name: str
     kind: Literal["llm", "process", "acp"]
@@ -607,6 +625,10 @@ class AgentProfileInfo(TypedDict):
     model: NotRequired[str]
     #: Process and acp profiles.
     sandbox: NotRequired[SandboxInfo]
+    #: An acp profile whose agent has been initialized (PROTOCOL §22.2).
+    capabilities: NotRequired[AdvertisedCapabilities]
+    #: ``agents/probe`` (extension): why this profile's agent could not be started.
+    probeError: NotRequired[str]
 
 
 @with_config(_CLOSED)
@@ -701,6 +723,8 @@ class DaemonStatus(TypedDict):
     sessions: int
     #: Extension: present when the daemon's orchestrator evaluates runs.
     evaluation: NotRequired[EvaluationStats]
+    #: What each acp profile's agent said at its last ``initialize``, by profile (§22.2).
+    capabilities: dict[str, AdvertisedCapabilities]
 
 
 @with_config(_OPEN)
@@ -974,6 +998,13 @@ METHODS: dict[str, MethodSpec] = {
     ),
     "agents/list": MethodSpec(
         "client→daemon", NoParams, AgentsListResult, (-32602,), "the declared profiles"
+    ),
+    "agents/probe": MethodSpec(
+        "client→daemon",
+        ProbeParams,
+        AgentsListResult,
+        (-32602, -32011),
+        "extension: agents/list once each acp agent was started for its initialize",
     ),
     "agent/open": MethodSpec(
         "client→daemon",

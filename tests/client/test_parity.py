@@ -32,6 +32,10 @@ WIRE: dict[str, str | None] = {
     # An ACP session's own requests (session/set_mode, ...): the daemon's protocol has no
     # method for them; the ACP facade serves them to its clients (docs/acp.md).
     "session_request": None,
+    # What the agent said it can do (PROTOCOL §22.2): the daemon shows it per profile,
+    # in agents/list and agents/probe (`Client.list_agents`, `Client.probe_agents`).
+    "advertised": None,
+    "probe": None,
 }
 
 #: A stream's face: what ``RunStream`` offers and ``RemoteStream`` offers too.

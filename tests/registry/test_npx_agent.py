@@ -8,21 +8,23 @@ package that the project it runs in already has in ``node_modules``, and the
 profile's ``cwd`` is the cache folder that holds it; ``npm_config_offline``
 in the profile's ``env`` makes any fetch fail at once instead (npm's
 ``--offline``), and ``HOME`` is the test's, so neither npm's cache nor
-codex's settings of the machine are touched.  It answers ``initialize``.
+codex's settings of the machine are touched.  Started by the daemon for
+``agents/probe``, it answers ``initialize`` with what codex-acp can do.
 Skipped, with the reason, where node, npm or the package is missing.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import anyio
-import orjson
 import pytest
+from daemon.conftest import daemon
 from support import npm_peers
 
-from oma_bridge.backends.acp.stdio import AgentProcess
+from oma_bridge.client import connect
 from oma_bridge.server.config import parse_config
 from oma_bridge.server.profiles import profile_agent_config
 
@@ -33,14 +35,9 @@ pytestmark = pytest.mark.anyio
 PACKAGE = npm_peers.CODEX_ACP
 
 
-def offline_codex_config(tmp_path: Path, registry: Path, folder: Path) -> str:
-    """The config of a ``codex`` profile that ``npx`` starts from ``folder``, offline."""
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
+def offline_codex_profile(home: Path, folder: Path) -> str:
+    """A ``codex`` profile that ``npx`` starts from ``folder``, offline, with ``home`` as HOME."""
     return f"""
-[server]
-acp_registry = "{registry}"
-
 [agents.codex]
 kind = "acp"
 registry = "codex-npm"
@@ -63,27 +60,25 @@ async def test_a_real_npm_agent_starts_offline_through_npx_and_answers_initializ
     if shutil.which("npx") is None:
         pytest.skip("npx is not on PATH")
     folder = npm_peers.require_package(PACKAGE)
-    text = offline_codex_config(tmp_path, codex_registry(tmp_path), folder)
-    config = parse_config(text, source="test.toml", base_dir=tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    server = f'acp_registry = "{codex_registry(tmp_path)}"'
+    agents = offline_codex_profile(home, folder)
+    config = parse_config(f"[server]\n{server}\n{agents}", source="test.toml", base_dir=tmp_path)
     backend = profile_agent_config("codex", config.agents["codex"], config.server).backend
     assert (backend.command, backend.args) == ("npx", ("-y", PACKAGE.spec))
-    process = await AgentProcess.spawn(
-        backend.command, backend.args, env=backend.env, cwd=str(folder)
-    )
-    try:
-        request = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {"protocolVersion": 1, "clientCapabilities": {}},
-        }
-        await process.send(orjson.dumps(request))
-        with anyio.fail_after(90):
-            answer = await process.receive()
-    finally:
-        await process.close(2)
-    assert isinstance(answer, dict), process.diagnostics()
-    result = answer["result"]
-    assert result["protocolVersion"] == 1
-    assert result["agentInfo"]["name"] == "codex-acp"
-    assert result["agentInfo"]["version"] == PACKAGE.version
+    # The daemon starts it as it starts any acp agent, for agents/probe
+    # (`oma-bridge agents --probe`): initialize alone, then the end.
+    with tempfile.TemporaryDirectory(prefix="omr-", dir="/tmp") as short:
+        socket_dir = Path(short)
+        async with daemon(socket_dir, server, agents), connect(discovery_dir=socket_dir) as client:
+            with anyio.fail_after(100):
+                (probed,) = await client.probe_agents(["codex"])
+            assert "probeError" not in probed, probed
+            caps = probed["capabilities"]
+            assert caps["agentInfo"]["name"] == "codex-acp"
+            assert caps["agentInfo"]["version"] == PACKAGE.version
+            assert caps["loadSession"] is True
+            assert caps["mcpCapabilities"]["http"] is True
+            assert "chatgpt" in {method["id"] for method in caps["authMethods"]}
+            assert (await client.status())["processes"] == []  # npx and codex both gone

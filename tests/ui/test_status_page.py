@@ -169,6 +169,12 @@ async def test_a_permission_request_is_answered_from_the_page(folder: Path) -> N
             await page.click(f'{card} button[data-option-id="ao"]')
         (result,) = results
         assert result.output == "permission:ao"  # the agent received the page's choice
+        # What the acp profile's agent said at its initialize (daemon/status, PROTOCOL §22.2).
+        cell = "document.querySelector('#profile-rows tr[data-profile=scenario] td.capabilities')"
+        said = await page.wait_for(
+            f"{cell}.textContent.startsWith('loadSession') && {cell}.textContent"
+        )
+        assert said == "loadSession · prompt: text · MCP: stdio"
         await page.wait_for("document.querySelector('#permission-list article') === null")
         assert await page.evaluate("document.getElementById('permission-empty').hidden") is False
         (decision,) = _audit(ui, "permission")

@@ -38,10 +38,12 @@ import anyio.lowlevel
 
 from oma_bridge.backends import BackendKind, BackendOutcome, Emit, RunContext
 from oma_bridge.backends.acp.agent_requests import AgentRequests
+from oma_bridge.backends.acp.capabilities import advertised_of
 from oma_bridge.backends.acp.command_check import check_command_sha256
 from oma_bridge.backends.acp.config import ACP_BACKENDS, AcpConfig
 from oma_bridge.backends.acp.handshake import Handshake, Opened
 from oma_bridge.backends.acp.outcome import outcome_of
+from oma_bridge.backends.acp.schema import InitializeResponse
 from oma_bridge.backends.acp.services import ClientServices
 from oma_bridge.backends.acp.session import AcpSession
 from oma_bridge.backends.acp.stdio import AgentProcess
@@ -68,6 +70,11 @@ class _Memory:
     fresh: bool = True
     #: The session's context size after the last turn (``usage_update``'s ``used``).
     used: int = 0
+    #: What the agent said it can do at its last ``initialize`` (capabilities.py).
+    advertised: dict[str, Any] | None = None
+
+    def initialized(self, init: InitializeResponse) -> None:
+        self.advertised = advertised_of(init)
 
     def opened(self, opened: Opened) -> None:
         if not opened.continued:
@@ -176,6 +183,36 @@ class AcpBackend:
             async with session.serving(side=emit, services=self._services):
                 return await session.request(method, params)
 
+    def advertised(self) -> dict[str, Any] | None:
+        """What the agent said it can do at its last ``initialize`` (PROTOCOL §22.2).
+
+        ``None`` until it was first started; a copy, kept after the agent ends.
+        """
+        advertised = self._memory.advertised
+        return None if advertised is None else dict(advertised)
+
+    async def probe(self) -> dict[str, Any]:
+        """Start the agent once, for its ``initialize`` alone, and end it: :meth:`advertised`.
+
+        Between runs only (it waits for a run in flight); an agent already
+        running is not started again.  A failure to start raises the
+        ``BackendError`` a run would get.
+        """
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            session = self._session
+            if session is None or not session.live or self._memory.advertised is None:
+                probing = await self._new_session()
+                try:
+                    await probing.probe(self._handshake())
+                finally:
+                    if self._session is probing:
+                        self._session = None
+            advertised = self.advertised()
+            assert advertised is not None  # set by the handshake
+            return advertised
+
     async def aclose(self) -> None:
         """End the agent's whole process tree (no process of it survives).
 
@@ -255,6 +292,12 @@ class AcpBackend:
         )
 
     async def _start(self, turn: TurnState | None) -> AcpSession:
+        session = await self._new_session()
+        self._memory.opened(await session.open(self._handshake(), turn, self._services))
+        return session
+
+    async def _new_session(self) -> AcpSession:
+        """A session over a new transport (``SPAWNED``), made the current one."""
         try:
             transport = await self._connect()
         except OSError as exc:
@@ -271,11 +314,17 @@ class AcpBackend:
         if self._closed:  # closed while the spawn was under way
             await session.end()
             self._check_open()
-        handshake = Handshake(
-            config, self._cwd, self.label, self._memory.previous, self._requests.who()
-        )
-        self._memory.opened(await session.open(handshake, turn, self._services))
         return session
+
+    def _handshake(self) -> Handshake:
+        return Handshake(
+            self.config,
+            self._cwd,
+            self.label,
+            self._memory.previous,
+            self._requests.who(),
+            on_initialized=self._memory.initialized,
+        )
 
 
 async def _answered_during(call: PendingCall, turn: TurnState) -> bool:

@@ -15,7 +15,7 @@ legacy ``session/set_model``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,9 +85,12 @@ class Handshake:
     previous: str | None
     #: Whose the agent is, for the observers' note of a session not continued.
     who: Mapping[str, str]
+    #: Told of the agent's ``initialize`` answer as soon as it is in (what it can
+    #: do is known even when the session cannot then be opened).
+    on_initialized: Callable[[InitializeResponse], None] | None = None
 
     async def run(self, peer: Peer) -> Opened:
-        init = await self._initialize(peer)
+        init = await self.initialize(peer)
         config = self.config
         if config.auth_method is not None and config.auth_method in init.auth_method_ids():
             try:
@@ -102,7 +105,8 @@ class Handshake:
         assert session.session_id is not None
         return Opened(init, session.session_id, continued)
 
-    async def _initialize(self, peer: Peer) -> InitializeResponse:
+    async def initialize(self, peer: Peer) -> InitializeResponse:
+        """``initialize`` alone: the agent's answer, its protocol version checked."""
         config = self.config
         serve_fs = config.fs in ("cwd", "client")
         raw = await peer.request(
@@ -125,6 +129,8 @@ class Handshake:
                 f'ACP agent "{self.label}" speaks protocol version {init.protocol_version}; '
                 f"oma-bridge speaks {ACP_PROTOCOL_VERSION}"
             )
+        if self.on_initialized is not None:
+            self.on_initialized(init)
         return init
 
     async def _open(self, peer: Peer, caps: AgentCapabilities) -> tuple[SessionResponse, bool]:

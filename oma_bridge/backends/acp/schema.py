@@ -62,6 +62,7 @@ class AgentCapabilities(_Open):
     load_session: LenientBool = Field(default=False, alias="loadSession")
     prompt_capabilities: LenientDict = Field(default=None, alias="promptCapabilities")
     session_capabilities: LenientDict = Field(default=None, alias="sessionCapabilities")
+    mcp_capabilities: LenientDict = Field(default=None, alias="mcpCapabilities")
 
     def session_capability(self, name: str) -> bool:
         """Whether ``sessionCapabilities.<name>`` is advertised (an object marker)."""

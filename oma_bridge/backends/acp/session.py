@@ -20,7 +20,8 @@ states, and each step of the protocol is a transition of it::
   ``cancelled``, the terminals released; the turn has ``cancel_grace_s`` to
   end (any answer or error ends it), after which the agent is ended.
 * ``DEAD``: the connection ended or the agent was ended; the session is never
-  used again (the backend starts another).
+  used again (the backend starts another).  :meth:`AcpSession.probe` goes
+  there straight from ``SPAWNED``, after ``initialize`` alone.
 
 A transition not in the table is a bug here, never the agent's doing: it
 raises :class:`RuntimeError`.  The session knows its agent only as an
@@ -188,6 +189,28 @@ class AcpSession:
         self.init, self.session_id = opened.init, opened.session_id
         self._to(SessionState.READY)
         return opened
+
+    async def probe(self, handshake: Handshake) -> InitializeResponse:
+        """``initialize`` alone, then the end (``SPAWNED`` -> ``DEAD``): what the agent can do.
+
+        No session is opened (an agent that wants a login first still says
+        what it can do).  A failure raises as :meth:`open`'s does; either
+        way the agent is ended before this returns.
+        """
+        if self.state is not SessionState.SPAWNED:
+            raise RuntimeError(f"ACP session: probe in state {self.state.value}")
+        try:
+            async with self.serving():
+                init = await handshake.initialize(self._peer)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                error = await self._start_failed(exc)
+            if error is not None:
+                raise error from exc
+            raise
+        with anyio.CancelScope(shield=True):
+            await self.end()
+        return init
 
     async def _start_failed(self, exc: BaseException) -> OMAError | None:
         if isinstance(exc, ConnectionClosedError):

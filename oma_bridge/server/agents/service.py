@@ -41,9 +41,11 @@ from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.results import AgentRunResult, StreamEvent
 from oma_bridge.rpc import unwrap_single_error
+from oma_bridge.server.agents.capabilities import ProfileCapabilities
 from oma_bridge.server.agents.client_calls import client_forwarder
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.overrides import agent_config, check_forbidden
+from oma_bridge.server.agents.probe import probe_profiles, probed_names
 from oma_bridge.server.agents.registry import HookTarget, HostedAgent
 from oma_bridge.server.agents.relay import CallerRelay
 from oma_bridge.server.agents.remote import Remote
@@ -63,7 +65,7 @@ from oma_bridge.server.agents.watchers import Watcher, check_cursor
 from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
-from oma_bridge.server.profiles import Profile
+from oma_bridge.server.profiles import Profile, agent_profile_infos
 from oma_bridge.server.sandboxing import require_sandbox
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import (
@@ -80,6 +82,7 @@ from oma_bridge.wire.params import (
     HookFlags,
     NoParams,
     OpenParams,
+    ProbeParams,
     RunAgentParams,
     RunIdParams,
     RunParams,
@@ -131,6 +134,8 @@ class AgentService:
         self.task_group: anyio.abc.TaskGroup | None = None
         #: Every run's events pass it: a bounded share of each loop iteration (D23).
         self.turnstile = Turnstile()
+        #: What each acp profile's agents said they can do (PROTOCOL §22.2).
+        self.capabilities = ProfileCapabilities()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -178,7 +183,14 @@ class AgentService:
 
     def reload(self, config: ServerConfig) -> None:
         """New profiles for new agents; open agents keep the profile they have."""
+        self.capabilities.forget_changed(self.config.agents, config.agents)
         self.config = config
+
+    def profile_capabilities(self) -> dict[str, dict[str, Any]]:
+        """What each acp profile's agents said they can do, the open agents heard now."""
+        return self.capabilities.read(
+            (hosted.profile_name, hosted.agent) for hosted in self.agents.values()
+        )
 
     def methods(self) -> MethodRegistry:
         registry = MethodRegistry()
@@ -203,6 +215,7 @@ class AgentService:
         registry.add("oma/runAgent", self.run_agent)
         TeamMethods(self).register(registry)  # oma/runTasks, oma/runTeam (teams.py)
         registry.add("daemon/audit", self.audit_tail)
+        registry.add("agents/probe", self.probe)
         return registry
 
     # -- opening -------------------------------------------------------------------
@@ -673,6 +686,8 @@ class AgentService:
         for run in list(self.runs.live.values()):
             if run.agent_id == hosted.agent_id:
                 self.runs.cancel(run)
+        # Its last word on what it can do outlives it.
+        self.capabilities.note_agent(hosted.profile_name, hosted.agent)
         with anyio.CancelScope(shield=True):
             await hosted.agent.close()
         if forget:
@@ -703,10 +718,19 @@ class AgentService:
             "runs": run_rows(self.runs.live),
             "processes": await live_processes(),
             "sessions": self.store.count(),
+            "capabilities": self.profile_capabilities(),
         }
         if self.orchestrator.evaluator is not None:
             status["evaluation"] = self.orchestrator.evaluator.stats.to_wire()
         return status
+
+    async def probe(self, session: Session, params: Any) -> dict[str, Any]:
+        """``agents/probe`` (extension): ``agents/list`` once each asked acp agent started once."""
+        config = self.config
+        names = probed_names(parse_params(ProbeParams, params).profiles, config.agents)
+        problems = await probe_profiles(names, config.agents, self.settings, self.capabilities)
+        infos = agent_profile_infos(config.agents, self.profile_capabilities(), problems)
+        return {"agents": infos}
 
     async def audit_tail(self, session: Session, params: Any) -> dict[str, Any]:
         """``daemon/audit`` (extension, for the status page): the newest audit records."""
