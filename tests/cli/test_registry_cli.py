@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,8 @@ from registry.snapshot import binary_entry, npx_entry, write_registry
 from oma_bridge.acp_registry import snapshot
 from oma_bridge.cli import main
 from oma_bridge.server.config import load_config
+
+from .test_cli import cli
 
 USER_CONFIG = """\
 # My daemon.  Keep these comments.
@@ -34,16 +34,6 @@ def env(tmp_path: Path) -> dict[str, str]:
         "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
         "XDG_RUNTIME_DIR": str(tmp_path / "run"),
     }
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "oma_bridge.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_registry_version_and_list(env: dict[str, str], tmp_path: Path) -> None:

@@ -42,8 +42,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -65,6 +65,8 @@ from oma_bridge.rpc import ConnectionClosedError, Event, Message, Peer, PendingC
 from oma_bridge.rpc.codes import AUTH_REQUIRED, REQUEST_CANCELLED
 
 __all__ = ["AcpSession", "SessionState"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -175,15 +177,7 @@ class AcpSession:
         """
         if self.state is not SessionState.SPAWNED:
             raise RuntimeError(f"ACP session: open in state {self.state.value}")
-        try:
-            async with self.serving(turn, services=services):
-                opened = await handshake.run(self._peer)
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                error = await self._start_failed(exc)
-            if error is not None:
-                raise error from exc
-            raise
+        opened = await self._start_step(handshake.run, turn, services)
         if not self.live:  # ended by a close while the answers came in
             raise self._closed_error()
         self.init, self.session_id = opened.init, opened.session_id
@@ -199,18 +193,28 @@ class AcpSession:
         """
         if self.state is not SessionState.SPAWNED:
             raise RuntimeError(f"ACP session: probe in state {self.state.value}")
+        init = await self._start_step(handshake.initialize, None, ClientServices())
+        with anyio.CancelScope(shield=True):
+            await self.end()
+        return init
+
+    async def _start_step(
+        self,
+        step: Callable[[Peer], Awaitable[_T]],
+        turn: TurnState | None,
+        services: ClientServices,
+    ) -> _T:
+        """One step of the start, read for ``turn``; a failure ends the agent and raises
+        the error the agent's answer means (see :meth:`open`)."""
         try:
-            async with self.serving():
-                init = await handshake.initialize(self._peer)
+            async with self.serving(turn, services=services):
+                return await step(self._peer)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 error = await self._start_failed(exc)
             if error is not None:
                 raise error from exc
             raise
-        with anyio.CancelScope(shield=True):
-            await self.end()
-        return init
 
     async def _start_failed(self, exc: BaseException) -> OMAError | None:
         if isinstance(exc, ConnectionClosedError):
