@@ -144,4 +144,7 @@ def test_agents_add_makes_a_private_config_where_there_is_none(
     assert cli(env, "agents", "add", "claude-code-acp").returncode == 0
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
     assert stat.S_IMODE(fresh.parent.stat().st_mode) == 0o700
-    assert 'registry = "claude-code-acp"' in fresh.read_text()
+    # It starts as the built-in config: the daemon, which reads it from now on,
+    # keeps the profiles it served.
+    assert fresh.read_text().startswith("# Made by `oma-bridge agents add` from oma-bridge's")
+    assert list(load_config(fresh).agents) == ["echo", "wordcount", "demo", "claude-code-acp"]
