@@ -31,6 +31,7 @@ from oma_bridge.backends import (
     Emit,
     PermissionHandler,
     RunContext,
+    SessionEnding,
     SessionRequests,
     text_only,
 )
@@ -322,8 +323,15 @@ class Agent:
             run.cancel()
         return bool(live)
 
-    async def close(self) -> None:
-        """Cancel live runs and dispose of the backend (its processes end)."""
+    async def close(self, *, end_session: bool = True) -> None:
+        """Cancel live runs and dispose of the backend (its processes end).
+
+        With ``end_session`` (the default) a protocol session that would
+        outlive the agent (an ACP agent's that advertises ``session/close``: a
+        remote agent's) is closed first, so that the agent's side frees it;
+        ``False`` keeps it there to be continued later (``resume_session``),
+        as the daemon does when it stops.
+        """
         self._closed = True
         live = list(self._runs.values())
         self.cancel()
@@ -337,6 +345,8 @@ class Agent:
         backend, self._backend = self._backend, None
         if backend is not None:
             with anyio.CancelScope(shield=True):
+                if end_session and isinstance(backend, SessionEnding):
+                    await backend.end_session()
                 await backend.aclose()
 
     async def __aenter__(self) -> Agent:

@@ -51,6 +51,7 @@ __all__ = [
     "PermissionOption",
     "PermissionRequest",
     "RunContext",
+    "SessionEnding",
     "SessionRequests",
     "text_only",
 ]
@@ -238,6 +239,20 @@ class Advertising(Protocol):
     async def probe(self) -> dict[str, Any]:
         """Start the agent once, only to hear what it says, and end it (between runs)."""
         ...
+
+
+@runtime_checkable
+class SessionEnding(Protocol):
+    """A backend whose protocol session can outlive it: its agent's side keeps the session
+    (for a later ``session/resume``) unless told to end it.
+
+    An ACP agent that advertises ``session/close``, a remote one above all (an
+    oma-bridge keeps a detached session until its idle limit, and on disk).
+    ``Agent.close`` ends it before the backend is disposed, unless the caller
+    keeps it to continue later (the daemon when it stops: PROTOCOL §13.4).
+    """
+
+    async def end_session(self) -> None: ...
 
 
 @runtime_checkable

@@ -49,6 +49,7 @@ from oma_bridge.server.listeners import (
     open_unix_listener,
 )
 from oma_bridge.server.methods import MethodRegistry
+from oma_bridge.server.remote_profiles import check_remote_profiles
 from oma_bridge.server.session import Session
 from oma_bridge.server.tls import check_remote_listener, server_ssl_context
 from oma_bridge.wire.params import NoParams, parse_params
@@ -119,12 +120,13 @@ async def serve(
     is closed, while ``/readyz`` still answers ``stopping`` (the daemon ends
     its agents there).  Start-up failures raise
     :class:`~oma_bridge.server.config.ConfigError` (the TLS pair, a remote
-    listener without TLS, the token file) or
+    listener without TLS, the token file, a remote profile's files) or
     :class:`~oma_bridge.server.listeners.StartupError`, before readiness.
     """
     settings = config.server
     ssl_context = server_ssl_context(config)
     check_remote_listener(config, tls=ssl_context is not None)
+    check_remote_profiles(config)
     token = load_token(config)
     registry = MethodRegistry()
     gateway = Gateway(config, registry)

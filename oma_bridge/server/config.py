@@ -18,7 +18,6 @@ working directory for the embedded default).  The command ``"@python"``
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import sys
 import tomllib
@@ -43,6 +42,7 @@ from pydantic import (
 )
 
 from oma_bridge.acp_registry import id_problem, version_problem
+from oma_bridge.addresses import is_loopback_host
 from oma_bridge.backends.acp.config import AcpSettings
 from oma_bridge.backends.llm.config import LlmSettings
 from oma_bridge.backends.process.config import ProcessSettings
@@ -123,12 +123,7 @@ class TcpEndpoint(_Frozen):
 
     @property
     def is_loopback(self) -> bool:
-        if self.host.lower() == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(self.host)
 
     @classmethod
     def parse(cls, text: str) -> TcpEndpoint:
@@ -320,13 +315,19 @@ class AcpProfile(AcpSettings, _CommandProfileKeys):
     uvx), ``binary_path`` (a binary distribution), and ``args`` and ``env``
     on top of the entry's (docs/acp.md, "Agents from the ACP registry").
     :class:`ServerConfig` resolves them into ``command``, ``args``, ``env``
-    and ``command_sha256`` when the config is read.
+    and ``command_sha256`` when the config is read.  Or a remote agent
+    (``url``), with its ``token_file`` and ``ca_file`` relative to the config
+    file's folder, and no ``command``, ``args``, ``env``, ``pass_env`` or
+    ``registry``: nothing is started here (``server/remote_profiles.py``
+    reads the two files at start).
     """
 
     command: StrictStr | None = Field(default=None, min_length=1)  # type: ignore[assignment]
     registry: Annotated[StrictStr, AfterValidator(_registry_id)] | None = None
     version: Annotated[StrictStr, AfterValidator(_registry_version)] | None = None
     binary_path: ConfigPath | None = None
+    token_file: ConfigPath | None = None
+    ca_file: ConfigPath | None = None
     #: Forward an ACP client's ``mcpServers`` to the agent's ``session/new``.
     client_mcp_servers: StrictBool = False
 
@@ -336,6 +337,8 @@ class AcpProfile(AcpSettings, _CommandProfileKeys):
         # is checked with the registry profiles, which name the key.
         if self.registry is not None and self.command is not None:
             raise ValueError("command and registry do not go together: the registry gives one")
+        if self.registry is not None and self.url is not None:
+            raise ValueError("url and registry do not go together: a remote agent is not started")
         return self
 
 

@@ -45,6 +45,7 @@ from oma_bridge.server.config import EMBEDDED_SOURCE, ConfigError, ServerConfig,
 from oma_bridge.server.exhaustion import ConnectionRefuser
 from oma_bridge.server.gateway import Gateway
 from oma_bridge.server.listeners import StartupError
+from oma_bridge.server.remote_profiles import check_remote_profiles
 from oma_bridge.server.sdnotify import Notifier
 from oma_bridge.supervision.supervisor import configure_supervisor, reap_leftovers
 
@@ -107,6 +108,7 @@ class LiveConfig:
         self.notifier.reloading()
         try:
             loaded = load_config(self.config_path)
+            check_remote_profiles(loaded)
         except ConfigError as error:
             logger.error("config reload failed; keeping the current config: %s", error)
             self.notifier.ready("config reload failed; serving the previous config")

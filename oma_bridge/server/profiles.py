@@ -97,6 +97,8 @@ def profile_agent_config(name: str, profile: Profile, server: ServerSection) -> 
     if isinstance(profile, ProcessProfile):
         process = _library_config(ProcessConfig, profile, cwd=str(cwd) if cwd else None, **settings)
         return AgentConfig(**common, backend=process)
+    # A remote agent is kept alive, and reconnected, within the daemon's send timeout.
+    settings["send_timeout_s"] = server.send_timeout_s
     return AgentConfig(**common, backend=_library_config(AcpConfig, profile, cwd=cwd, **settings))
 
 

@@ -76,14 +76,25 @@ def resolve_registry_profiles(agents: MutableMapping[str, Any], registry_path: P
 
 
 def _check_command_profile(name: str, profile: Any) -> None:
-    """An acp profile without ``registry``: it needs ``command``, and takes no registry key."""
+    """An acp profile without ``registry``: it needs ``command`` (or ``url``, a remote
+    agent, which is handed nothing of this daemon's environment), and takes no
+    registry key."""
     for key in ("version", "binary_path"):
         if getattr(profile, key) is not None:
             raise RegistryProfileError(f"agents.{name}.{key}", "goes with registry, not command")
+    if profile.url is not None:
+        if profile.pass_env:
+            raise RegistryProfileError(
+                f"agents.{name}.pass_env",
+                "a remote agent (url) is started elsewhere: nothing of this "
+                "daemon's environment reaches it",
+            )
+        return
     if profile.command is None:
         raise RegistryProfileError(
             f"agents.{name}.command",
-            "required key is missing (or registry, the id of an ACP registry agent)",
+            "required key is missing (or registry, the id of an ACP registry agent, "
+            "or url, a remote agent's)",
         )
 
 

@@ -226,7 +226,9 @@ def wait_for_discovery(runtime: Path, pid: int | None, timeout_s: float = START_
 
 
 @contextlib.contextmanager
-def facade_daemon(root: Path, *, server: str = "", agents: str = "") -> Iterator[Facade]:
+def facade_daemon(
+    root: Path, *, server: str = "", agents: str = "", tcp: str = "127.0.0.1:0"
+) -> Iterator[Facade]:
     """Start ``oma-bridge serve`` on a config of :data:`BASE_AGENTS` plus ``agents``."""
     runtime = private_runtime_dir()
     work = root / "work"
@@ -234,7 +236,7 @@ def facade_daemon(root: Path, *, server: str = "", agents: str = "") -> Iterator
     marker = root / "marker-started"
     env = client_env(root, runtime)
     text = (
-        f'[server]\nsocket = "auto"\ntcp = "127.0.0.1:0"\n'
+        f'[server]\nsocket = "auto"\ntcp = "{tcp}"\n'
         f"workspace_roots = [{str(work)!r}]\n{server}\n"
         + BASE_AGENTS.format(marker=str(marker), scenario=str(SCENARIO_AGENT))
         + _ts_chunk_profile()

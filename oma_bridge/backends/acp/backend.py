@@ -51,7 +51,8 @@ from oma_bridge.backends.acp.terminal import Terminals
 from oma_bridge.backends.acp.transport import Connect
 from oma_bridge.backends.acp.turn import Turn
 from oma_bridge.backends.acp.turn_state import TurnState
-from oma_bridge.errors import BackendError, RunTimeoutError
+from oma_bridge.backends.acp.websocket import WebSocketConnector
+from oma_bridge.errors import BackendError, OMAError, RunTimeoutError
 from oma_bridge.messages import last_user_text
 from oma_bridge.rpc import PendingCall
 
@@ -76,9 +77,13 @@ class _Memory:
     def initialized(self, init: InitializeResponse) -> None:
         self.advertised = advertised_of(init)
 
+    #: The last turn lost its agent's connection mid-way (the agent may run it still).
+    cut_off: bool = False
+
     def opened(self, opened: Opened) -> None:
         if not opened.continued:
             self.previous, self.fresh, self.used = opened.session_id, True, 0
+            self.cut_off = False
 
     def input_tokens(self, used: int | None) -> int:
         """A turn's input tokens: the growth of the session's context since the last turn."""
@@ -106,7 +111,9 @@ class AcpBackend:
         self._cwd = config.resolved_cwd()
         # Every process of a sandboxed agent runs in its sandbox: the agent, its terminals.
         self._sandbox = config.sandbox_policy(str(self._cwd))
-        self._connect: Connect = connect or self._spawn
+        self._connect: Connect = connect or (
+            _connector(config, self.label) if config.url is not None else self._spawn
+        )
         terminals = Terminals(self._cwd, labels=config.labels, sandbox=self._sandbox)
         self._requests = AgentRequests(config, self._cwd, terminals, label=self.label)
         self._lock = anyio.Lock()
@@ -213,6 +220,30 @@ class AcpBackend:
             assert advertised is not None  # set by the handshake
             return advertised
 
+    async def end_session(self) -> None:
+        """``session/close`` of the open session, when the agent advertises it.
+
+        The agent frees the session (a remote oma-bridge its detached session
+        and its files); within ``stop_grace_s``, and nothing when no session is
+        open, the agent is gone, or a run still holds it.  A failure is
+        logged: the agent is ended anyway.
+        """
+        session = self._session
+        init = session.init if session is not None else None
+        if session is None or init is None or not session.live or session.gone:
+            return
+        if not init.agent_capabilities.session_capability("close"):
+            return
+        with anyio.move_on_after(self.config.stop_grace_s):
+            async with self._lock:
+                if not session.live:
+                    return
+                try:
+                    async with session.serving(services=self._services):
+                        await session.request("session/close", {})
+                except (OMAError, OSError, anyio.BrokenResourceError) as exc:
+                    logger.info("ACP agent %s: session/close failed (%s)", self.label, exc)
+
     async def aclose(self) -> None:
         """End the agent's whole process tree (no process of it survives).
 
@@ -252,7 +283,11 @@ class AcpBackend:
         }
         if ctx.meta:
             params["_meta"] = dict(ctx.meta)  # the caller's, as given (trace context, say)
-        answer = await session.prompt(turn, params)
+        try:
+            answer = await session.prompt(turn, params)
+        finally:
+            # The connection died under the turn, or the turn outlived its cancel grace.
+            self._memory.cut_off = not session.live
         updates = turn.updates
         if updates.emit_error is not None:
             raise updates.emit_error  # the consumer failed; the agent and its session are fine
@@ -279,6 +314,7 @@ class AcpBackend:
         differs is never started: ``command_check.py``).
         """
         config = self.config
+        assert config.command is not None  # AcpConfig holds a command or a url
         if config.command_sha256 is not None:
             await check_command_sha256(config.command, config.command_sha256, label=self.label)
         return await AgentProcess.spawn(
@@ -293,7 +329,11 @@ class AcpBackend:
 
     async def _start(self, turn: TurnState | None) -> AcpSession:
         session = await self._new_session()
-        self._memory.opened(await session.open(self._handshake(), turn, self._services))
+        memory = self._memory
+        memory.opened(await session.open(self._handshake(), turn, self._services))
+        if memory.cut_off:
+            await session.cancel_cut_off_turn()
+            memory.cut_off = False
         return session
 
     async def _new_session(self) -> AcpSession:
@@ -325,6 +365,21 @@ class AcpBackend:
             self._requests.who(),
             on_initialized=self._memory.initialized,
         )
+
+
+def _connector(config: AcpConfig, label: str) -> WebSocketConnector:
+    """The connections of an agent reached at its ``url`` (a remote agent)."""
+    assert config.url is not None
+    return WebSocketConnector(
+        url=config.url,
+        label=label,
+        token_file=config.token_file,
+        ca_file=config.ca_file,
+        send_timeout_s=config.send_timeout_s,
+        max_message_bytes=config.max_line_bytes,
+        # A session brought back after a restart: the remote may be restarting too.
+        retry=config.resume_session is not None,
+    )
 
 
 async def _answered_during(call: PendingCall, turn: TurnState) -> bool:

@@ -134,7 +134,9 @@ class Handshake:
         return init
 
     async def _open(self, peer: Peer, caps: AgentCapabilities) -> tuple[SessionResponse, bool]:
-        base = {"cwd": str(self.cwd), "mcpServers": list(self.config.mcp_servers)}
+        # A remote agent's folder is on its own host (remote_cwd); unset, ours.
+        cwd = self.config.remote_cwd or str(self.cwd)
+        base = {"cwd": cwd, "mcpServers": list(self.config.mcp_servers)}
         previous = self.previous
         failures = []
         for method in openers(caps, previous):

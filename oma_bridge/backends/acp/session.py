@@ -64,7 +64,7 @@ from oma_bridge.redaction import redact
 from oma_bridge.rpc import ConnectionClosedError, Event, Message, Peer, PendingCall, RequestId
 from oma_bridge.rpc.codes import AUTH_REQUIRED, REQUEST_CANCELLED
 
-__all__ = ["AcpSession", "SessionState"]
+__all__ = ["CUT_OFF_QUIET_S", "AcpSession", "SessionState"]
 
 _T = TypeVar("_T")
 
@@ -88,6 +88,8 @@ _NEXT: dict[SessionState, frozenset[SessionState]] = {
     _S.CANCELLING: frozenset({_S.READY, _S.DEAD}),
     _S.DEAD: frozenset({_S.DEAD}),
 }
+#: How long an agent must send nothing for a cut-off turn to count as ended.
+CUT_OFF_QUIET_S = 0.3
 #: What ends a prompt's wait without a result: the agent's error answer, or the transport.
 _PROMPT_FAILURES = (WireError, OSError, anyio.BrokenResourceError)
 
@@ -120,6 +122,8 @@ class AcpSession:
         self._listener: TurnState | None = None
         self._side: Emit | None = None
         self._services = ClientServices()
+        #: Messages read from the agent (a quiet agent reads none: see cancel_cut_off_turn).
+        self._received = 0
         # Text chunks are joined per read (see Turn.flush): flush before
         # waiting on the agent, and before anything but an update.
         transport.set_before_wait(self._flush_text)
@@ -333,6 +337,30 @@ class AcpSession:
             return core.respond(request_id, CANCEL)
         return core.respond_error(request_id, REQUEST_CANCELLED, "Request cancelled")
 
+    # -- READY: a turn cut off on an earlier connection -----------------------------------
+
+    async def cancel_cut_off_turn(self, quiet_s: float = CUT_OFF_QUIET_S) -> None:
+        """End the turn of this session that an earlier connection lost, before a new one.
+
+        The agent (a remote one, whose connection was cut mid-turn) may still
+        be running the turn the lost connection asked for: its run already
+        failed here, and its remaining updates carry no turn of their own, so
+        they would join the next turn's.  ``session/cancel`` ends it; what it
+        still sends is read and dropped until it is quiet for ``quiet_s``
+        (at most ``cancel_grace_s``), and its requests are refused as late.
+        """
+        if self.state is not SessionState.READY:
+            raise RuntimeError(f"ACP session: cancel of a cut-off turn in {self.state.value}")
+        async with self.serving():
+            await self._peer.notify_quietly("session/cancel", {"sessionId": self.session_id})
+            with anyio.move_on_after(self._cancel_grace_s):
+                while True:
+                    seen = self._received
+                    await anyio.sleep(quiet_s)
+                    if self._received == seen:
+                        break
+        logger.info("ACP agent %s: the turn an earlier connection lost was cancelled", self._label)
+
     # -- requests of the session ----------------------------------------------------------
 
     async def start_request(self, method: str, params: dict[str, Any]) -> PendingCall:
@@ -410,6 +438,7 @@ class AcpSession:
 
     async def _receive(self) -> object | None:
         message = await self._transport.receive()
+        self._received += 1
         if not (isinstance(message, dict) and message.get("method") == "session/update"):
             await self._flush_text()
         return message

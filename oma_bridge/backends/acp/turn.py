@@ -15,6 +15,10 @@ stream consumer needs:
 * ``tool_call`` / ``tool_call_update`` -> :class:`ToolCallRecord` when a
   call completes or fails (and the raw update as an ``update`` event);
 * ``usage_update`` -> the latest ``used``, telescoped into input tokens;
+* a chunk marked ``_meta["oma-bridge/note"]`` (:data:`NOTE_META`) is another
+  oma-bridge's journal note (a remote daemon that could not continue its
+  own agent's session, PROTOCOL §13.4), not the agent's words: relayed as
+  an ``update`` event as it came, never part of ``output``;
 * ``plan``, ``usage_update``, ``available_commands_update`` and
   ``current_mode_update`` -> a stream event of that type (docs/decisions.md
   D15) whose ``data`` is the update without its ``sessionUpdate``;
@@ -39,7 +43,10 @@ import orjson
 from oma_bridge.backends import Emit
 from oma_bridge.results import ACP_TYPED_UPDATES, StreamEvent, ToolCallRecord
 
-__all__ = ["Turn", "event_of_update", "update_of_event"]
+__all__ = ["NOTE_META", "Turn", "event_of_update", "update_of_event"]
+
+#: The ``_meta`` key that marks a chunk as a journal note of the daemon, not the agent's text.
+NOTE_META = "oma-bridge/note"
 
 _TERMINAL_STATUSES = ("completed", "failed")
 _TURN_KINDS = frozenset(
@@ -81,6 +88,11 @@ def _plain_chunk(update: dict[str, Any]) -> bool:
     """Whether a text chunk is all its ``text`` event says (nothing to relay besides)."""
     content = update["content"]
     return len(update) == 2 and len(content) == 2
+
+
+def _is_note(update: dict[str, Any]) -> bool:
+    meta = update.get("_meta")
+    return isinstance(meta, dict) and meta.get(NOTE_META) is True
 
 
 def _content_text(update: dict[str, Any]) -> str | None:
@@ -158,6 +170,10 @@ class Turn:
 
     async def _on_update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk" and _is_note(update):
+            await self.flush()
+            await self.emit(StreamEvent("update", update))
+            return
         if not self.prompting:
             # Before the prompt is sent, message and tool updates are a
             # session/load replay or late ones of an earlier turn: not this

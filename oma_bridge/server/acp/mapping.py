@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oma_bridge.backends.acp.turn import NOTE_META
 from oma_bridge.errors import RefusedError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.rpc.codes import INTERNAL_ERROR, INVALID_PARAMS
@@ -23,8 +24,6 @@ __all__ = ["NOTE_META", "RESERVED_META", "client_meta", "prompt_input", "stop_re
 
 _REFUSED = {"name": "InvalidMessageError", "code": "INVALID_MESSAGE"}
 REFUSED_CODE = RefusedError.code
-#: The ``_meta`` key that marks a chunk as a journal note of the daemon, not the agent's text.
-NOTE_META = "oma-bridge/note"
 #: The prefix of the ``_meta`` keys only this daemon sets (docs/decisions.md, D22).
 RESERVED_META = "oma-bridge/"
 

@@ -689,7 +689,8 @@ class AgentService:
         # Its last word on what it can do outlives it.
         self.capabilities.note_agent(hosted.profile_name, hosted.agent)
         with anyio.CancelScope(shield=True):
-            await hosted.agent.close()
+            # Kept (not forgotten): its downstream session too, to continue after a restart.
+            await hosted.agent.close(end_session=forget)
         if forget:
             self.store.remove(hosted.agent_id)
         logger.info("agent %s closed", hosted.agent_id)
