@@ -110,7 +110,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     registry_commands = registry.add_subparsers(dest="registry_command", metavar="list")
     registry_commands.add_parser("list", help="list the registry's agents")
-    commands.add_parser("status", help="show agents, runs and processes", parents=[remote])
+    status = commands.add_parser("status", help="show agents, runs and processes", parents=[remote])
+    status.add_argument(
+        "--wait-idle",
+        type=float,
+        metavar="S",
+        help="first wait up to S seconds for the runs in flight to end (a preStop hook);"
+        " exit 1 if some are still going",
+    )
 
     run = commands.add_parser(
         "run", help="run an agent once and print its output", parents=[remote]
@@ -495,6 +502,16 @@ def _daemon_pid() -> int | None:
 async def _status(args: argparse.Namespace) -> int:
     async with _connect(args) as client:
         status = await client.status()
+        if args.wait_idle is not None:
+            import time
+
+            import anyio
+
+            deadline = time.monotonic() + args.wait_idle
+            while status["runs"] and time.monotonic() < deadline:
+                await anyio.sleep(0.5)
+                status = await client.status()
+    busy = args.wait_idle is not None and bool(status["runs"])
     print(
         f"oma-bridge {status['version']}: up {status['uptimeS']:.0f}s, "
         f"{status['connections']} connection(s)"
@@ -531,6 +548,9 @@ async def _status(args: argparse.Namespace) -> int:
     if "evaluation" in status:
         stats = status["evaluation"]
         print("\nEVALUATION  " + "  ".join(f"{k}={v}" for k, v in stats.items()))
+    if busy:
+        print(f"\n{len(status['runs'])} run(s) still in flight after {args.wait_idle:g} s")
+        return 1
     return 0
 
 

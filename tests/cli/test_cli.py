@@ -24,6 +24,12 @@ model = "echo-1"
 kind = "process"
 command = "wc"
 args = ["-w"]
+
+[agents.nap]
+kind = "process"
+command = "sleep"
+args = ["2"]
+input = "none"
 """
 
 PNG = bytes.fromhex("89504e470d0a1a0a")
@@ -102,6 +108,32 @@ def test_agents_and_status_tables(env: dict[str, str], daemon: subprocess.Popen[
     assert status.returncode == 0
     for title in ("AGENTS", "RUNS", "PROCESSES"):
         assert title in status.stdout
+
+
+def test_status_wait_idle_waits_for_the_runs_in_flight(
+    env: dict[str, str], daemon: subprocess.Popen[str]
+) -> None:
+    """``status --wait-idle S``: what a preStop hook runs (deploy/kubernetes/deployment.yaml)."""
+    assert cli(env, "status", "--wait-idle", "5").returncode == 0  # idle: at once
+    nap = subprocess.Popen(
+        [sys.executable, "-m", "oma_bridge.cli", "run", "nap"], env=env, stdout=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while "RUNS\n  (none)" in cli(env, "status").stdout:
+            assert time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.05)
+        busy = cli(env, "status", "--wait-idle", "0.1")
+        assert busy.returncode == 1
+        assert busy.stdout.rstrip().endswith("1 run(s) still in flight after 0.1 s")
+        started = time.monotonic()
+        idle = cli(env, "status", "--wait-idle", "20")
+        assert idle.returncode == 0, idle.stdout
+        assert time.monotonic() - started < 15
+        assert nap.wait(timeout=10) == 0  # it ended by itself, not cancelled
+    finally:
+        nap.kill()
+        nap.wait()
 
 
 def test_run_prints_output(env: dict[str, str], daemon: subprocess.Popen[str]) -> None:
