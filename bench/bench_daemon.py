@@ -129,14 +129,18 @@ class Daemon:
 
 @asynccontextmanager
 async def daemon(
-    profile_dir: Path | None = None, tag: str = "", server: str = ""
+    profile_dir: Path | None = None, tag: str = "", server: str = "", agents: str = ""
 ) -> AsyncIterator[Daemon]:
-    """``oma-bridge serve`` in a subprocess, ready; SIGTERM on exit (``server``: [server] keys)."""
+    """``oma-bridge serve`` in a subprocess, ready; SIGTERM on exit.
+
+    ``server``: more ``[server]`` keys (``{folder}`` stands for the daemon's
+    folder); ``agents``: more profiles, appended to :data:`CONFIG`'s.
+    """
     with tempfile.TemporaryDirectory(prefix="omab-bench-", dir="/tmp") as name:
         folder = Path(name)
         config = folder / "config.toml"
-        text = CONFIG.replace("{folder}", str(folder))
-        config.write_text(text.replace("[server]\n", f"[server]\n{server}\n", 1))
+        text = (CONFIG + agents).replace("[server]\n", f"[server]\n{server}\n", 1)
+        config.write_text(text.replace("{folder}", str(folder)))
         command = [PY, "-m", "oma_bridge.cli", "serve", "--config", str(config)]
         if profile_dir is not None:
             out = profile_dir / f"daemon{tag}.prof"
