@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test serve bench soak clean
+.PHONY: test serve dist bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/oma-bridge serve
+
+# The sdist and the wheel, in dist/ (offline: the dev venv's build and hatchling).
+dist: $(STAMP)
+	$(BIN)/python -m build --no-isolation --outdir dist
 
 bench: $(STAMP)
 	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
