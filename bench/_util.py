@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Timing", "machine", "print_table", "time_interleaved"]
+__all__ = ["Timing", "calibrate", "loop_seconds", "machine", "print_table", "time_interleaved"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Timing:
         return self.median * 1e6
 
 
-def _loop_seconds(fn: Callable[[], object], number: int) -> float:
+def loop_seconds(fn: Callable[[], object], number: int) -> float:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -58,12 +58,12 @@ def _loop_seconds(fn: Callable[[], object], number: int) -> float:
             gc.enable()
 
 
-def _calibrate(fn: Callable[[], object], min_round_s: float) -> int:
+def calibrate(fn: Callable[[], object], min_round_s: float) -> int:
     """The smallest loop count of the form 1, 2, 5, 10, 20, ... filling ``min_round_s``."""
     number = 1
     while True:
         for factor in (1, 2, 5):
-            if _loop_seconds(fn, number * factor) >= min_round_s:
+            if loop_seconds(fn, number * factor) >= min_round_s:
                 return number * factor
         number *= 10
 
@@ -78,11 +78,11 @@ def time_interleaved(
     """
     for fn in fns:
         fn()  # warm-up: imports, caches, first allocations
-    numbers = [_calibrate(fn, min_round_s) for fn in fns]
+    numbers = [calibrate(fn, min_round_s) for fn in fns]
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for fn, number, out in zip(fns, numbers, samples, strict=True):
-            out.append(_loop_seconds(fn, number) / number)
+            out.append(loop_seconds(fn, number) / number)
     return [Timing(best=min(s), median=statistics.median(s)) for s in samples]
 
 

@@ -105,8 +105,8 @@ def compare(
     (from a pool larger than the guard's memo of validated payloads), so the
     row measures the first sight of an image: the full base64 scan.
     """
-    source = _image_source(messages) if fresh_image else None
-    pool = _distinct_images(source["data"], 64) if source is not None else []
+    source = image_source(messages) if fresh_image else None
+    pool = distinct_images(source["data"], 64) if source is not None else []
     turn = iter(range(1 << 62))
 
     def ours() -> None:
@@ -130,7 +130,7 @@ def compare(
     ]
 
 
-def _image_source(messages: list[dict[str, Any]]) -> dict[str, Any]:
+def image_source(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return next(
         block["source"]
         for message in messages
@@ -139,7 +139,7 @@ def _image_source(messages: list[dict[str, Any]]) -> dict[str, Any]:
     )
 
 
-def _distinct_images(data: str, count: int) -> list[str]:
+def distinct_images(data: str, count: int) -> list[str]:
     """``count`` valid base64 strings of the same size, all different."""
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
     return [alphabet[i] * 4 + data[4:] for i in range(count)]
