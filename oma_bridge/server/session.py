@@ -43,7 +43,11 @@ class Session:
         self.listener = listener
         self._peer = peer
         self._drop = drop
-        self._on_close: list[Callable[[Session], None]] = []
+        #: Close callbacks by a number of their own, so that an owner can take
+        #: its callback back (:meth:`on_close`'s answer) when what it registered
+        #: for ends before the connection does.
+        self._on_close: dict[int, Callable[[Session], None]] = {}
+        self._next_callback = 0
         #: Set by a successful ``initialize``.
         self.init: InitializeParams | None = None
         self.closed = False
@@ -126,24 +130,40 @@ class Session:
         if self._drop is not None and not self.closed:
             self._drop()
 
-    def on_close(self, callback: Callable[[Session], None]) -> None:
-        """Call ``callback(session)`` once when the connection ends (or now, if it has)."""
+    def on_close(self, callback: Callable[[Session], None]) -> Callable[[], None]:
+        """Call ``callback(session)`` once when the connection ends (or now, if it has).
+
+        Returns what takes the callback back: whoever registers one for
+        something that can end first (an agent closed while its connection
+        stays open) calls it then, so the connection holds nothing of it.
+        """
         if self.closed:
             callback(self)
-        else:
-            self._on_close.append(callback)
+            return _nothing
+        key = self._next_callback
+        self._next_callback += 1
+        self._on_close[key] = callback
+
+        def remove() -> None:
+            self._on_close.pop(key, None)
+
+        return remove
 
     def close(self) -> None:
         """Mark the session closed and run its close callbacks (the connection does this)."""
         if self.closed:
             return
         self.closed = True
-        callbacks, self._on_close = self._on_close, []
-        for callback in callbacks:
+        callbacks, self._on_close = self._on_close, {}
+        for callback in callbacks.values():
             try:
                 callback(self)
             except Exception:
                 logger.exception("a close callback of connection %s failed", self.id)
+
+
+def _nothing() -> None:
+    return None
 
 
 async def _dropped() -> None:

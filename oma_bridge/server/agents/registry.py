@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -79,6 +80,8 @@ class HostedAgent(HookTarget):
     meta: dict[str, Any] = field(default_factory=dict)
     idle_since: float | None = None
     closed: bool = False
+    #: What takes back the close callback each user's connection holds (see :meth:`release`).
+    _leaving: dict[Session, Callable[[], None]] = field(default_factory=dict)
 
     @property
     def uses_hooks(self) -> bool:
@@ -94,10 +97,30 @@ class HostedAgent(HookTarget):
 
     def use(self, session: Session) -> None:
         """``session`` works with this agent: it is not idle while that connection is open."""
-        if session not in self.users:
+        if session not in self.users and not self.closed:
             self.users.add(session)
-            session.on_close(lambda _session: self.mark_idle())
+            self._leaving[session] = session.on_close(self._left)
         self.idle_since = None
+
+    def _left(self, session: Session) -> None:
+        # A closed user counts for nothing (connected()): forgotten, so that an
+        # agent many connections come back to does not keep each one.
+        self.users.discard(session)
+        self._leaving.pop(session, None)
+        self.mark_idle()
+
+    def release(self) -> None:
+        """The agent is closed: its users' connections hold nothing of it from now on.
+
+        Each user's connection kept a close callback that reaches this agent
+        (and so its journal and backend); taken back here, a connection that
+        stays open after closing thousands of agents holds none of them
+        (PROTOCOL §23).
+        """
+        for remove in self._leaving.values():
+            remove()
+        self._leaving.clear()
+        self.users.clear()
 
     def mark_idle(self) -> None:
         if not self.busy() and not self.connected() and self.idle_since is None:

@@ -628,7 +628,7 @@ class AgentService:
         # No await between the catch-up and the registration: nothing falls between.
         hosted.watchers[session] = watcher
         hosted.use(session)
-        session.on_close(lambda _session: self._unwatch(hosted, session))
+        watcher.on_stop(session.on_close(lambda _session: self._unwatch(hosted, session)))
         session.start_soon(watcher.pump)
         return {"seq": watcher.cursor}
 
@@ -683,6 +683,7 @@ class AgentService:
         for watcher in list(hosted.watchers.values()):
             watcher.stop()
         hosted.watchers.clear()
+        hosted.release()  # its connections, open or not, hold nothing of it (§23)
         for run in list(self.runs.live.values()):
             if run.agent_id == hosted.agent_id:
                 self.runs.cancel(run)

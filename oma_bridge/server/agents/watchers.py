@@ -17,6 +17,7 @@ wakes only to catch up.  Every watcher of an agent sends the same
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import anyio
 
@@ -76,6 +77,7 @@ class Watcher:
         self._catching_up = False
         self._behind = Signal()
         self._scope = anyio.CancelScope()
+        self._on_stop: Callable[[], None] | None = None
 
     async def catch_up(self) -> None:
         """Send every entry after the cursor, including those appended meanwhile."""
@@ -124,6 +126,13 @@ class Watcher:
         finally:
             journal.unfollow(self)
 
+    def on_stop(self, release: Callable[[], None]) -> None:
+        """Call ``release`` once when the watcher stops (its connection's close callback)."""
+        self._on_stop = release
+
     def stop(self) -> None:
         self.stopped = True
         self._scope.cancel()
+        release, self._on_stop = self._on_stop, None
+        if release is not None:
+            release()
