@@ -95,7 +95,7 @@ async def test_a_backed_up_caller_gets_the_text_joined_and_every_reader_agrees(
         wire_client(socket, gate=held.gate) as caller,
     ):
         agent_id = (await caller.result("agent/open", {"profile": "echo"}))["agentId"]
-        (session,) = service_of(running).agents[agent_id].users
+        (session,) = service_of(running).host.agents[agent_id].users
         small_send_buffer(session)  # a slow network's socket, not a local one's 200 KB
         run_id, output = await stream(caller, agent_id, held)
         texts = text_frames(caller, run_id)
@@ -127,7 +127,7 @@ async def test_join_text_false_keeps_one_entry_per_event(short_dir: Path) -> Non
         wire_client(short_dir / "bridge.sock", gate=held.gate) as caller,
     ):
         agent_id = (await caller.result("agent/open", {"profile": "echo"}))["agentId"]
-        (session,) = service_of(running).agents[agent_id].users
+        (session,) = service_of(running).host.agents[agent_id].users
         small_send_buffer(session)
         run_id, output = await stream(caller, agent_id, held)
         texts = text_frames(caller, run_id)

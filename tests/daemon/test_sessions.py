@@ -210,7 +210,7 @@ async def test_remote_agent_watch_reconnects_through_50_drops_and_loses_nothing(
             connect(socket=short_dir / "bridge.sock", client_name="watcher") as client,
         ):
             agent_id = (await streamer.result("agent/open", {"profile": "echo"}))["agentId"]
-            hosted = service_of(running).agents[agent_id]
+            hosted = service_of(running).host.agents[agent_id]
             (streaming,) = hosted.users
             small_send_buffer(streaming)
             watched = RemoteAgent(client, agent_id, "echo", None, None)
@@ -500,7 +500,7 @@ async def test_a_watch_from_now_that_drops_before_any_entry_misses_nothing(
         ):
             agent = await runner.open("echo")
             await agent.run("before the watch")
-            hosted = service_of(running).agents[agent.agent_id]
+            hosted = service_of(running).host.agents[agent.agent_id]
             watched = RemoteAgent(client, agent.agent_id, "echo", None, None)
             got: list[JournalEntry] = []
             four = anyio.Event()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import secrets
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +48,7 @@ from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
 from oma_bridge.waiting import Signal
 from oma_bridge.wire.codes import forbidden
-from oma_bridge.wire.params import AgentOverrides, ClientInfo, InitializeParams, OpenParams
+from oma_bridge.wire.params import AgentOverrides, ClientInfo, InitializeParams
 
 if TYPE_CHECKING:
     from oma_bridge.server.agents.service import AgentService
@@ -229,6 +228,7 @@ class _Connection:
 
     def __init__(self, facade: AcpFacade, profile: str | None) -> None:
         self.service = facade.service
+        self.host = facade.service.host
         self.profile = profile
         self.client_capabilities: dict[str, Any] = {}
         self.attachments: dict[str, Attachment] = {}
@@ -326,15 +326,15 @@ class _Connection:
     # -- sessions ------------------------------------------------------------
 
     def _profile_or_none(self, name: str | None) -> Profile | None:
-        return self.service.config.agents.get(name) if name else None
+        return self.host.config.agents.get(name) if name else None
 
     def _chosen_profile(self, params: dict[str, Any]) -> tuple[str, Profile]:
         raw_meta = params.get("_meta")
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         asked = meta.get(PROFILE_META)
         name = self.profile or (asked if isinstance(asked, str) else None)
-        name = name or self.service.settings.acp_default_profile
-        names = ", ".join(sorted(self.service.config.agents))
+        name = name or self.host.settings.acp_default_profile
+        names = ", ".join(sorted(self.host.config.agents))
         if not name:
             raise _bad(
                 f'name the profile in session/new\'s _meta["{PROFILE_META}"] '
@@ -357,7 +357,7 @@ class _Connection:
             if not cwd or not Path(cwd).is_absolute():
                 raise _bad(f'profile "{name}" runs in the client\'s folder: cwd must be absolute')
             real = Path(os.path.realpath(cwd))
-            roots = [Path(os.path.realpath(root)) for root in self.service.settings.workspace_roots]
+            roots = [Path(os.path.realpath(root)) for root in self.host.settings.workspace_roots]
             if not any(real == root or root in real.parents for root in roots):
                 shown = ", ".join(str(root) for root in roots)
                 raise forbidden(f"cwd {cwd} is outside the workspace roots ({shown})")
@@ -392,13 +392,15 @@ class _Connection:
                 name,
                 ", ".join(ignored),
             )
-        agent_id = "agt_" + secrets.token_hex(8)
-        hosted = self.service._host(
-            session, agent_id, name, AgentOverrides(), backend_update=backend_update
+        hosted = self.host.open(
+            session,
+            name,
+            AgentOverrides(),
+            backend_update=backend_update,
+            meta={"cwd": folder or ""},
         )
-        hosted.meta.update({"cwd": folder or "", "updatedAt": time.time()})
-        self.service.store.create(agent_id, name, {})
-        self.service.store.write(agent_id, {"meta": {"cwd": folder or ""}})
+        agent_id = hosted.agent_id
+        hosted.meta["updatedAt"] = time.time()
         self._attach(session, hosted, hosted.journal.last_seq)
         logger.info("ACP session %s opened (profile %s) by %s", agent_id, name, session.id)
         answer: dict[str, Any] = {"sessionId": agent_id}
@@ -410,13 +412,12 @@ class _Connection:
         """A live session, or one persisted before a restart, brought back."""
         if not isinstance(session_id, str):
             raise _bad("sessionId must be a string")
-        hosted = self.service.agents.get(session_id)
+        hosted = self.host.agents.get(session_id)
         if hosted is None or hosted.closed:
-            persisted = self.service.restorable.get(session_id)
+            persisted = self.host.restorable.get(session_id)
             if persisted is None or (self.profile and persisted.profile != self.profile):
                 raise _not_found(session_id)
-            self.service._resume(session, OpenParams(profile=persisted.profile, resume=session_id))
-            hosted = self.service.agents[session_id]
+            hosted = self.host.resume(session, session_id, persisted.profile)
         if self.profile and hosted.profile_name != self.profile:
             raise _not_found(session_id)
         return hosted
@@ -454,9 +455,9 @@ class _Connection:
         cursor = params.get("cursor")
         start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() else 0
         rows: list[dict[str, Any]] = []
-        for hosted in self.service.agents.values():
+        for hosted in self.host.agents.values():
             rows.append({"id": hosted.agent_id, "profile": hosted.profile_name, **hosted.meta})
-        for persisted in self.service.restorable.values():
+        for persisted in self.host.restorable.values():
             rows.append(
                 {
                     "id": persisted.agent_id,
@@ -494,7 +495,7 @@ class _Connection:
             if isinstance(attachment, Attachment):
                 attachment.detach()
         self.attachments.pop(hosted.agent_id, None)
-        await self.service._close(hosted, forget=True)
+        await self.host.close(hosted, forget=True)
         return {}
 
     # -- turns ---------------------------------------------------------------
@@ -516,8 +517,8 @@ class _Connection:
         if not hosted.meta.get("title"):
             title = run_input if isinstance(run_input, str) else _first_text(run_input)
             if title:
-                hosted.meta["title"] = title.strip().splitlines()[0][:80] if title.strip() else ""
-                self.service.store.write(hosted.agent_id, {"meta": {"title": hosted.meta["title"]}})
+                shown = title.strip().splitlines()[0][:80] if title.strip() else ""
+                self.host.update_meta(hosted, {"title": shown})
         result = await self.service.turn(
             session,
             hosted,
@@ -546,9 +547,8 @@ class _Connection:
                 return
 
     def _cancel(self, session_id: object) -> None:
-        for run in list(self.service.runs.live.values()):
-            if run.agent_id == session_id:
-                self.service.runs.cancel(run)
+        if isinstance(session_id, str):
+            self.service.runs.cancel_agent(session_id)
 
     async def _set_mode(self, session: Session, params: dict[str, Any]) -> Any:
         return await self._passthrough(session, "session/set_mode", params)
@@ -575,7 +575,7 @@ class _Connection:
         async def journal(event: StreamEvent) -> None:
             update = update_of_event(event)
             if update is not None:
-                await self.service.journal_update(hosted, update)
+                await hosted.record({"type": "update", "update": update})
 
         forwarded = {key: value for key, value in params.items() if key != "sessionId"}
         try:

@@ -11,7 +11,7 @@ import anyio
 
 from oma_bridge.agent import Agent
 from oma_bridge.backends import ElicitationRequest, PermissionRequest
-from oma_bridge.server.agents.journal import Journal
+from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
 from oma_bridge.wire.params import HookFlags
@@ -125,3 +125,16 @@ class HostedAgent(HookTarget):
     def mark_idle(self) -> None:
         if not self.busy() and not self.connected() and self.idle_since is None:
             self.idle_since = time.monotonic()
+
+    async def record(self, data: dict[str, Any]) -> Entry:
+        """Journal ``data`` once no paced reader would lose an entry for it.
+
+        Paced readers are ACP facade clients (``docs/acp.md``): a turn never runs
+        further ahead of one that keeps reading than the journal's retention.
+        """
+        if not self.paced:
+            return self.journal.append(data)
+        size = self.journal.size_of(data)
+        for reader in list(self.paced):
+            await reader.keep_up(size)
+        return self.journal.append(data, size)

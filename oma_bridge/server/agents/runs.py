@@ -114,6 +114,17 @@ class Runs:
             if hosted is not None:
                 hosted.mark_idle()
 
+    def session_of(self, run_id: str | None) -> Session | None:
+        """The connection that started a live run (it is asked first, as for permissions)."""
+        run = self.live.get(run_id) if run_id is not None else None
+        return run.session if run is not None else None
+
+    def cancel_agent(self, agent_id: str) -> None:
+        """Cancel every live run of the agent ``agent_id``, queued or running."""
+        for run in list(self.live.values()):
+            if run.agent_id == agent_id:
+                self.cancel(run)
+
     def cancel(self, run: LiveRun) -> bool:
         run.cancel_requested = True
         if run.started_at is None:

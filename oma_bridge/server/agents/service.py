@@ -33,7 +33,7 @@ import anyio.to_thread
 
 from oma_bridge import observe
 from oma_bridge._version import __version__
-from oma_bridge.agent import Agent, PreparedInput, PreparedPrompt, prepare
+from oma_bridge.agent import PreparedInput, PreparedPrompt, prepare
 from oma_bridge.agent.stream import closing_events
 from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.orchestration.evaluation import EvaluationConfig, JsonlFileStore, resolve_scorer
@@ -42,8 +42,7 @@ from oma_bridge.paths import default_state_dir
 from oma_bridge.results import AgentRunResult, StreamEvent
 from oma_bridge.rpc import unwrap_single_error
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
-from oma_bridge.server.agents.client_calls import client_forwarder
-from oma_bridge.server.agents.journal import Entry, Journal
+from oma_bridge.server.agents.host import AgentHost, check_declared_hooks
 from oma_bridge.server.agents.overrides import agent_config, check_forbidden
 from oma_bridge.server.agents.probe import probe_profiles, probed_names
 from oma_bridge.server.agents.registry import HookTarget, HostedAgent
@@ -51,28 +50,26 @@ from oma_bridge.server.agents.relay import CallerRelay
 from oma_bridge.server.agents.remote import Remote
 from oma_bridge.server.agents.runs import LiveRun, Runs
 from oma_bridge.server.agents.status import (
-    AGENT_ID_LABEL,
     RUN_ID_LABEL,
     agent_rows,
     live_processes,
     run_rows,
     uptime,
 )
-from oma_bridge.server.agents.store import PersistedSession, SessionStore
+from oma_bridge.server.agents.store import SessionStore
 from oma_bridge.server.agents.teams import TeamMethods
 from oma_bridge.server.agents.turnstile import Turnstile
 from oma_bridge.server.agents.watchers import Watcher, check_cursor
 from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
-from oma_bridge.server.profiles import Profile, agent_profile_infos
+from oma_bridge.server.profiles import agent_profile_infos
 from oma_bridge.server.sandboxing import require_sandbox
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import (
     INTERNAL_ERROR,
     RUN_IN_PROGRESS,
     invalid_message,
-    invalid_params,
     not_found,
 )
 from oma_bridge.wire.params import (
@@ -94,17 +91,8 @@ __all__ = ["AgentService"]
 
 logger = logging.getLogger("oma_bridge.server")
 
-#: The status message of a run a daemon's death cut short (``docs/sessions.md``).
-STOPPED_DURING_RUN = "daemon stopped during the run"
 #: The most records one ``daemon/audit`` answer carries (a larger ``limit`` is cut to it).
 MAX_AUDIT_RECORDS = 1000
-
-
-class _Interrupted(Exception):
-    """Stands for the daemon's death in the result of a run it cut short."""
-
-    def __str__(self) -> str:
-        return STOPPED_DURING_RUN
 
 
 class AgentService:
@@ -120,22 +108,23 @@ class AgentService:
         self.config = config
         self.settings = config.server
         state = state_dir or default_state_dir()
-        self.agents: dict[str, HostedAgent] = {}
         self.runs = Runs(self.settings)
         self.orchestrator = orchestrator or _orchestrator(config, state)
         self.audit = AuditLog(state / AUDIT_NAME if self.settings.audit_log else None)
         self.remote = Remote(self.settings, self.audit)
-        self.store = SessionStore(state / "sessions" if self.settings.persist_sessions else None)
-        #: Sessions read back at start, waiting for an ``agent/open`` with ``resume``.
-        self.restorable: dict[str, PersistedSession] = {}
+        self.host = AgentHost(
+            config,
+            store=SessionStore(state / "sessions" if self.settings.persist_sessions else None),
+            runs=self.runs,
+            remote=self.remote,
+            capabilities=ProfileCapabilities(),
+        )
         self.started = time.time()
         self.connections: Callable[[], int] = lambda: 0
         #: The daemon's task group: runs that continue after their connection.
         self.task_group: anyio.abc.TaskGroup | None = None
         #: Every run's events pass it: a bounded share of each loop iteration (D23).
         self.turnstile = Turnstile()
-        #: What each acp profile's agents said they can do (PROTOCOL §22.2).
-        self.capabilities = ProfileCapabilities()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -143,11 +132,9 @@ class AgentService:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve the daemon's background work until cancelled: sessions, idle agents."""
-        for session in self.store.load():
-            self._restore_interrupted(session)
-            self.restorable[session.agent_id] = session
-        if self.restorable:
-            logger.info("%d persisted session(s) can be resumed", len(self.restorable))
+        restorable = self.host.restore()
+        if restorable:
+            logger.info("%d persisted session(s) can be resumed", restorable)
         unsubscribe = observe.subscribe(self._audit_side_effect)
         evaluator = self.orchestrator.evaluator
         # The evaluator's workers are hosted here, for as long as the daemon
@@ -156,8 +143,8 @@ class AgentService:
         try:
             async with anyio.create_task_group() as tg, evaluating:
                 self.task_group = tg
-                tg.start_soon(self.store.run)
-                tg.start_soon(self.reap_idle)
+                tg.start_soon(self.host.store.run)
+                tg.start_soon(self.host.reap_idle)
                 task_status.started()
                 await anyio.sleep_forever()
         finally:
@@ -170,7 +157,7 @@ class AgentService:
         PROTOCOL §13.4) goes into the agent's journal instead.
         """
         agent_id = fields.pop("agentId", None)
-        hosted = self.agents.get(agent_id) if agent_id else None
+        hosted = self.host.agents.get(agent_id) if agent_id else None
         if event == "note":
             if hosted is not None and isinstance(fields.get("text"), str):
                 # Appended at once, unpaced (an observer cannot wait): one small
@@ -183,14 +170,12 @@ class AgentService:
 
     def reload(self, config: ServerConfig) -> None:
         """New profiles for new agents; open agents keep the profile they have."""
-        self.capabilities.forget_changed(self.config.agents, config.agents)
+        self.host.reload(config)
         self.config = config
 
     def profile_capabilities(self) -> dict[str, dict[str, Any]]:
         """What each acp profile's agents said they can do, the open agents heard now."""
-        return self.capabilities.read(
-            (hosted.profile_name, hosted.agent) for hosted in self.agents.values()
-        )
+        return self.host.profile_capabilities()
 
     def methods(self) -> MethodRegistry:
         registry = MethodRegistry()
@@ -220,151 +205,17 @@ class AgentService:
 
     # -- opening -------------------------------------------------------------------
 
-    def _profile(self, name: str) -> Profile:
-        profile = self.config.agents.get(name)
-        if profile is None:
-            raise not_found(f'no agent profile named "{name}"')
-        return profile
-
     async def open_agent(self, session: Session, params: Any) -> dict[str, Any]:
         check_forbidden(params, "config")
         request = parse_params(OpenParams, params)
         if request.resume is not None:
-            return self._resume(session, request)
-        overrides = request.config or AgentOverrides()
-        agent_id = "agt_" + secrets.token_hex(8)
-        hosted = self._host(session, agent_id, request.profile, overrides)
-        self.store.create(agent_id, request.profile, overrides.model_dump(exclude_none=True))
-        logger.info("agent %s opened (profile %s) by %s", agent_id, request.profile, session.id)
+            self.host.resume(session, request.resume, request.profile)
+            return {"agentId": request.resume}
+        hosted = self.host.open(session, request.profile, request.config or AgentOverrides())
+        logger.info(
+            "agent %s opened (profile %s) by %s", hosted.agent_id, request.profile, session.id
+        )
         return {"agentId": hosted.agent_id}
-
-    def _host(
-        self,
-        session: Session,
-        agent_id: str,
-        profile_name: str,
-        overrides: AgentOverrides,
-        *,
-        history: list[Any] | None = None,
-        backend_update: dict[str, Any] | None = None,
-    ) -> HostedAgent:
-        flags = overrides.hooks or HookFlags()
-        _check_declared_hooks(session, flags)
-        profile = self._profile(profile_name)
-        hosted: HostedAgent | None = None
-
-        def target() -> HostedAgent:
-            assert hosted is not None  # hooks run only once the agent exists
-            return hosted
-
-        try:
-            config = agent_config(
-                profile_name,
-                profile,
-                self.settings,
-                overrides,
-                {AGENT_ID_LABEL: agent_id},
-                history=history,
-                backend_update=backend_update,
-            )
-            config = config.model_copy(update=self.remote.hooks(target, flags))
-        except InvalidMessageError as error:
-            raise invalid_message(error) from None
-        hosted = HostedAgent(
-            agent_id=agent_id,
-            profile_name=profile_name,
-            profile=profile,
-            agent=Agent(
-                config,
-                elicitation_handler=self.remote.elicitation_handler(target, self._run_session),
-                elicitation_complete_handler=self.remote.elicitation_complete_handler(target),
-                client_forwarder=client_forwarder(target, self._run_session),
-            ),
-            hooks=flags,
-            owner=session if flags.beforeRun or flags.afterRun else None,
-            journal=self._journal(agent_id),
-        )
-        self.agents[agent_id] = hosted
-        hosted.use(session)
-        return hosted
-
-    def _run_session(self, run_id: str | None) -> Session | None:
-        """The connection that started a live run (it is asked first, as for permissions)."""
-        run = self.runs.live.get(run_id) if run_id is not None else None
-        return run.session if run is not None else None
-
-    def _journal(self, agent_id: str) -> Journal:
-        store = self.store
-
-        def persist(entry: Entry, joined: str | None) -> None:
-            # Stream events are batched; a run's start and end (and every
-            # other entry) go to the writer at once, with what came before.
-            streamed = entry.data["type"] == "event"
-            if joined is None:
-                store.write(agent_id, {"seq": entry.seq, "entry": entry.data}, batch=streamed)
-            else:
-                store.write(agent_id, {"seq": entry.seq, "append": joined}, batch=True)
-
-        return Journal(
-            max_events=self.settings.journal_max_events,
-            max_bytes=self.settings.journal_max_bytes,
-            on_append=persist if store.enabled else None,
-        )
-
-    def _resume(self, session: Session, request: OpenParams) -> dict[str, Any]:
-        agent_id = request.resume
-        assert agent_id is not None
-        live = self.agents.get(agent_id)
-        if live is not None and not live.closed:
-            _same_profile(agent_id, live.profile_name, request.profile)
-            live.use(session)
-            return {"agentId": agent_id}
-        persisted = self.restorable.get(agent_id)
-        if persisted is None:
-            raise not_found(f'no agent or persisted session with id "{agent_id}"')
-        _same_profile(agent_id, persisted.profile, request.profile)
-        try:
-            overrides = AgentOverrides(**persisted.overrides)
-        except ValueError:
-            raise not_found(f'the persisted session "{agent_id}" cannot be read') from None
-        backend_update: dict[str, Any] = {}
-        profile = self._profile(persisted.profile)
-        if profile.kind == "acp" and persisted.acp_session is not None:
-            backend_update["resume_session"] = persisted.acp_session
-        client_cwd = getattr(profile, "cwd", None) == "client"
-        if profile.kind != "llm" and client_cwd and "cwd" in persisted.meta:
-            backend_update["cwd"] = persisted.meta["cwd"]
-        hosted = self._host(
-            session,
-            agent_id,
-            persisted.profile,
-            overrides,
-            history=persisted.history,
-            backend_update=_typed_cwd(profile.kind, backend_update),
-        )
-        hosted.meta.update(persisted.meta)
-        hosted.journal.restore(persisted.entries)
-        del self.restorable[agent_id]
-        logger.info("agent %s resumed (profile %s) by %s", agent_id, persisted.profile, session.id)
-        return {"agentId": agent_id}
-
-    def _restore_interrupted(self, session: PersistedSession) -> None:
-        """Record as ended every run the daemon's death cut short (and persist that)."""
-        ended = {data.get("runId") for _seq, data in session.entries if data["type"] == "run_end"}
-        seq = session.entries[-1][0] if session.entries else 0
-        for _seq, data in list(session.entries):
-            if data["type"] == "run_start" and data.get("runId") not in ended:
-                result = AgentRunResult.failed(data["runId"], _Interrupted(), "internal")
-                seq += 1
-                entry = {"type": "run_end", "runId": data["runId"], "result": result.to_wire()}
-                session.entries.append((seq, entry))
-                self.store.write(session.agent_id, {"seq": seq, "entry": entry})
-
-    def _hosted(self, agent_id: str) -> HostedAgent:
-        hosted = self.agents.get(agent_id)
-        if hosted is None or hosted.closed:
-            raise not_found(f'no open agent with id "{agent_id}"')
-        return hosted
 
     # -- runs on an agent ----------------------------------------------------------
 
@@ -379,7 +230,7 @@ class AgentService:
 
     async def _run_on_agent(self, session: Session, params: Any, method: str) -> dict[str, Any]:
         request = parse_params(RunParams, params)
-        hosted = self._hosted(request.agentId)
+        hosted = self.host.get(request.agentId)
         try:
             prepared: PreparedInput | PreparedPrompt = (
                 hosted.agent.prepare_prompt(request.input)
@@ -449,16 +300,16 @@ class AgentService:
             # connection's reads (D23).
             await turn()
             if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
-                entry = await _journal(hosted, {"type": "update", "update": wire["data"]})
+                entry = await hosted.record({"type": "update", "update": wire["data"]})
             elif raw is None:
-                entry = await _journal(hosted, {"type": "event", "runId": run_id, "event": wire})
+                entry = await hosted.record({"type": "event", "runId": run_id, "event": wire})
             elif wire["type"] in ("text", "reasoning"):
                 # A chunk with more than its text: the entry keeps the update as
                 # sent, for the ACP facade to relay unchanged (docs/acp.md).
                 data = {"type": "event", "runId": run_id, "event": wire, "update": raw}
-                entry = await _journal(hosted, data)
+                entry = await hosted.record(data)
             else:  # a typed ACP update (D15): journaled raw as every update is, streamed typed
-                entry = await _journal(hosted, {"type": "update", "update": raw})
+                entry = await hosted.record({"type": "update", "update": raw})
             if relay is not None:
                 # At once to an idle connection; joined into while its socket is
                 # backed up (server/agents/relay.py).  The caller's socket still
@@ -467,8 +318,7 @@ class AgentService:
                 await relay.send(entry, wire)
 
         async def execute() -> AgentRunResult:
-            await _journal(
-                hosted,
+            await hosted.record(
                 {"type": "run_start", "runId": run_id, "method": method, "input": journaled_input},
             )
             if relay is None:
@@ -511,28 +361,12 @@ class AgentService:
                     await emit(event)
             with anyio.CancelScope(shield=True):  # the result is the record: always journaled
                 end = {"type": "run_end", "runId": run_id, "result": result.to_wire()}
-                await _journal(hosted, end)
-            self._end_run(hosted)
+                await hosted.record(end)
+            self.host.save(hosted)
             return result
 
         run.cancel = lambda: agent.cancel(run_id)
         return await self._serve(run, hosted, execute, keep_going)
-
-    async def journal_update(self, hosted: HostedAgent, update: dict[str, Any]) -> None:
-        """Journal a raw ACP update that came outside any run (while a session setting was sent)."""
-        await _journal(hosted, {"type": "update", "update": update})
-
-    def _end_run(self, hosted: HostedAgent) -> None:
-        hosted.meta["updatedAt"] = time.time()
-        if self.store.enabled:
-            self.store.write(hosted.agent_id, {"history": hosted.agent.get_history()})
-            # session/list orders by it, after a restart too.
-            self.store.write(hosted.agent_id, {"meta": {"updatedAt": hosted.meta["updatedAt"]}})
-            downstream = getattr(hosted.agent.backend, "session_id", None)
-            if isinstance(downstream, str) and downstream != hosted.meta.get("acpSession"):
-                hosted.meta["acpSession"] = downstream
-                self.store.write(hosted.agent_id, {"acpSession": downstream})
-            self.store.sync(hosted.agent_id)
 
     async def _serve(
         self,
@@ -568,8 +402,8 @@ class AgentService:
         request = parse_params(RunAgentParams, params)
         overrides = request.config
         flags = overrides.hooks or HookFlags()
-        _check_declared_hooks(session, flags)
-        profile = self._profile(overrides.profile)
+        check_declared_hooks(session, flags)
+        profile = self.host.profile(overrides.profile)
         run_id = request.runId or secrets.token_hex(16)
         try:
             config = agent_config(
@@ -616,7 +450,7 @@ class AgentService:
 
     async def watch(self, session: Session, params: Any) -> dict[str, Any]:
         request = parse_params(WatchParams, params)
-        hosted = self._hosted(request.agentId)
+        hosted = self.host.get(request.agentId)
         journal = hosted.journal
         cursor = journal.last_seq if request.afterSeq is None else request.afterSeq
         check_cursor(journal, cursor)
@@ -633,7 +467,7 @@ class AgentService:
         return {"seq": watcher.cursor}
 
     async def unwatch(self, session: Session, params: Any) -> dict[str, Any]:
-        hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
+        hosted = self.host.get(parse_params(AgentIdParams, params).agentId)
         self._unwatch(hosted, session)
         return {}
 
@@ -646,9 +480,10 @@ class AgentService:
         run_id = parse_params(RunIdParams, params).runId
         if run_id in self.runs.live:
             raise WireError(RUN_IN_PROGRESS, f'Run in progress: "{run_id}"', {"running": True})
-        journals = [[e.data for e in hosted.journal.entries()] for hosted in self.agents.values()]
+        host = self.host
+        journals = [[e.data for e in hosted.journal.entries()] for hosted in host.agents.values()]
         # A session read back at start answers too, before anyone resumes it.
-        journals += [[data for _seq, data in s.entries] for s in self.restorable.values()]
+        journals += [[data for _seq, data in s.entries] for s in host.restorable.values()]
         for journal in journals:
             for data in reversed(journal):
                 if data["type"] == "run_end" and data["runId"] == run_id:
@@ -661,47 +496,22 @@ class AgentService:
     # -- the quick methods ---------------------------------------------------------
 
     async def history(self, session: Session, params: Any) -> dict[str, Any]:
-        hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
+        hosted = self.host.get(parse_params(AgentIdParams, params).agentId)
         return {"messages": hosted.agent.get_history()}
 
     async def reset(self, session: Session, params: Any) -> dict[str, Any]:
-        hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
-        hosted.agent.reset()
-        if self.store.enabled:
-            self.store.write(hosted.agent_id, {"history": []})
+        hosted = self.host.get(parse_params(AgentIdParams, params).agentId)
+        self.host.reset(hosted)
         return {}
 
     async def close_agent(self, session: Session, params: Any) -> dict[str, Any]:
-        hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
-        await self._close(hosted, forget=True)
+        hosted = self.host.get(parse_params(AgentIdParams, params).agentId)
+        await self.host.close(hosted, forget=True)
         return {}
 
-    async def _close(self, hosted: HostedAgent, *, forget: bool) -> None:
-        """End the agent (its processes gone); ``forget`` also deletes its session files."""
-        hosted.closed = True
-        self.agents.pop(hosted.agent_id, None)
-        for watcher in list(hosted.watchers.values()):
-            watcher.stop()
-        hosted.watchers.clear()
-        hosted.release()  # its connections, open or not, hold nothing of it (§23)
-        for run in list(self.runs.live.values()):
-            if run.agent_id == hosted.agent_id:
-                self.runs.cancel(run)
-        # Its last word on what it can do outlives it.
-        self.capabilities.note_agent(hosted.profile_name, hosted.agent)
-        with anyio.CancelScope(shield=True):
-            # Kept (not forgotten): its downstream session too, to continue after a restart.
-            await hosted.agent.close(end_session=forget)
-        if forget:
-            self.store.remove(hosted.agent_id)
-        logger.info("agent %s closed", hosted.agent_id)
-
-    async def _forget_not(self, hosted: HostedAgent) -> None:
-        await self._close(hosted, forget=False)
-
     async def attach(self, session: Session, params: Any) -> dict[str, Any]:
-        hosted = self._hosted(parse_params(AgentIdParams, params).agentId)
-        _check_declared_hooks(session, hosted.hooks)
+        hosted = self.host.get(parse_params(AgentIdParams, params).agentId)
+        check_declared_hooks(session, hosted.hooks)
         hosted.owner = session if hosted.uses_hooks else hosted.owner
         hosted.use(session)
         return {}
@@ -716,10 +526,10 @@ class AgentService:
             "version": __version__,
             "uptimeS": uptime(self.started),
             "connections": self.connections(),
-            "agents": agent_rows(self.agents),
+            "agents": agent_rows(self.host.agents),
             "runs": run_rows(self.runs.live),
             "processes": await live_processes(),
-            "sessions": self.store.count(),
+            "sessions": self.host.store.count(),
             "capabilities": self.profile_capabilities(),
         }
         if self.orchestrator.evaluator is not None:
@@ -730,7 +540,8 @@ class AgentService:
         """``agents/probe`` (extension): ``agents/list`` once each asked acp agent started once."""
         config = self.config
         names = probed_names(parse_params(ProbeParams, params).profiles, config.agents)
-        problems = await probe_profiles(names, config.agents, self.settings, self.capabilities)
+        capabilities = self.host.capabilities
+        problems = await probe_profiles(names, config.agents, self.settings, capabilities)
         infos = agent_profile_infos(config.agents, self.profile_capabilities(), problems)
         return {"agents": infos}
 
@@ -739,87 +550,17 @@ class AgentService:
         limit = min(parse_params(AuditParams, params).limit, MAX_AUDIT_RECORDS)
         return {"records": await anyio.to_thread.run_sync(self.audit.tail, limit)}
 
-    # -- idle agents and shutdown ----------------------------------------------------
-
-    async def reap_idle(self, *, interval_s: float | None = None) -> None:
-        """Close agents idle for ``agent_idle_ttl_s``; runs until cancelled."""
-        ttl = self.settings.agent_idle_ttl_s
-        interval = interval_s if interval_s is not None else max(0.05, min(ttl / 4, 30.0))
-        while True:
-            await anyio.sleep(interval)
-            now = time.monotonic()
-            for hosted in list(self.agents.values()):
-                hosted.mark_idle()
-                if hosted.idle_since is not None and now - hosted.idle_since >= ttl:
-                    if hosted.busy() or hosted.connected():
-                        hosted.idle_since = None
-                        continue
-                    logger.info("agent %s idle for %.0fs: closing it", hosted.agent_id, ttl)
-                    await self._close(hosted, forget=True)
+    # -- shutdown ------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Cancel every run and close every agent (their processes end); keep their sessions."""
         for run in list(self.runs.live.values()):
             self.runs.cancel(run)
+        await self.host.close_all()
         with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                for hosted in list(self.agents.values()):
-                    tg.start_soon(self._forget_not, hosted)
             await self.orchestrator.shutdown(self.settings.stop_grace_s)
-        self.store.close()
+        self.host.store.close()
         self.audit.close()
-
-
-async def _journal(hosted: HostedAgent, data: dict[str, Any]) -> Entry:
-    """Append ``data`` to the agent's journal once no paced reader would lose an entry for it.
-
-    Paced readers are ACP facade clients (``docs/acp.md``): a turn never runs
-    further ahead of one that keeps reading than the journal's retention.
-    """
-    journal = hosted.journal
-    if not hosted.paced:
-        return journal.append(data)
-    size = journal.size_of(data)
-    for reader in list(hosted.paced):
-        await reader.keep_up(size)
-    return journal.append(data, size)
-
-
-def _check_declared_hooks(session: Session, flags: HookFlags) -> None:
-    declared = set(session.capabilities.hooks)
-    missing = [
-        name for name in ("beforeRun", "afterRun") if getattr(flags, name) and name not in declared
-    ]
-    if missing:
-        raise invalid_params(
-            [
-                {
-                    "loc": ["config", "hooks", name],
-                    "msg": f"hook {name} was not declared in initialize",
-                }
-                for name in missing
-            ]
-        )
-
-
-def _typed_cwd(kind: str, update: dict[str, Any]) -> dict[str, Any]:
-    """``cwd`` as each backend config holds it: a ``Path`` for ACP, a ``str`` for a process."""
-    if "cwd" in update:
-        update = {**update, "cwd": Path(update["cwd"]) if kind == "acp" else str(update["cwd"])}
-    return update
-
-
-def _same_profile(agent_id: str, theirs: str, asked: str) -> None:
-    if theirs != asked:
-        raise invalid_params(
-            [
-                {
-                    "loc": ["profile"],
-                    "msg": f'agent "{agent_id}" is of profile "{theirs}", not "{asked}"',
-                    "type": "value_error",
-                }
-            ]
-        )
 
 
 def _orchestrator(config: ServerConfig, state_dir: Path) -> OpenMultiAgent:

@@ -113,7 +113,7 @@ class TeamMethods:
         request = parse_params(RunTeamParams, params)
         team = request.team
         for name in (*team.agents, team.coordinator):
-            self.service._profile(name)  # -32011 for a profile not declared
+            self.service.host.profile(name)  # -32011 for a profile not declared
         duplicates = sorted({name for name in team.agents if team.agents.count(name) > 1})
         if duplicates:
             raise invalid_params(
@@ -122,7 +122,7 @@ class TeamMethods:
                     for name in duplicates
                 ]
             )
-        kind = self.service._profile(team.coordinator).kind
+        kind = self.service.host.profile(team.coordinator).kind
         if kind != "llm":
             raise invalid_params(
                 [
@@ -153,7 +153,7 @@ class TeamMethods:
         service = self.service
         return {
             name: agent_config(
-                name, service._profile(name), service.settings, None, {RUN_ID_LABEL: run_id}
+                name, service.host.profile(name), service.settings, None, {RUN_ID_LABEL: run_id}
             )
             for name in dict.fromkeys(names)
         }
