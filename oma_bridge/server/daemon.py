@@ -44,7 +44,7 @@ from oma_bridge.server.app import RunningServer, serve
 from oma_bridge.server.config import EMBEDDED_SOURCE, ConfigError, ServerConfig, load_config
 from oma_bridge.server.exhaustion import ConnectionRefuser
 from oma_bridge.server.gateway import Gateway
-from oma_bridge.server.listeners import StartupError
+from oma_bridge.server.listeners import ConnectionSlots, StartupError
 from oma_bridge.server.remote_profiles import check_remote_profiles
 from oma_bridge.server.sdnotify import Notifier
 from oma_bridge.supervision.supervisor import configure_supervisor, reap_leftovers
@@ -192,7 +192,6 @@ class _Lifecycle:
 
     def started(self, value: RunningServer | None = None) -> None:
         assert value is not None
-        self.live.service.connections = lambda: value.connections
         value.gateway.capabilities = self.live.service.profile_capabilities
         self.live.attach(value.gateway)
         notifier = self.live.notifier
@@ -277,7 +276,10 @@ async def run_daemon(
         bwrap=config.server.bwrap,
         hidden_folders=(config.server.discovery_dir,),
     )
-    service = AgentService(config, orchestrator=orchestrator, state_dir=state_dir)
+    slots = ConnectionSlots(config.server.max_connections)
+    service = AgentService(
+        config, orchestrator=orchestrator, state_dir=state_dir, connections=slots.__len__
+    )
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
     refuser = ConnectionRefuser()  # out of fds: 503 to new connections, not a hang
     refuser.install()
@@ -297,6 +299,7 @@ async def run_daemon(
                         handle_signals=handle_signals,
                         drain=service.aclose,  # while /readyz still says "stopping"
                         acp=AcpFacade(service),
+                        slots=slots,
                         task_status=started,
                     )
                 finally:

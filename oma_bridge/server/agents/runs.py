@@ -5,11 +5,14 @@ FIFO lock: an ACP session cannot take two prompts at once); runs on
 different agents run in parallel up to ``max_concurrent_runs``; past
 ``max_queued_runs`` waiting runs a new one is refused with -32001.  A run
 cancelled while it waits never reaches its backend, so nothing is spawned.
+A run that asked ``onDisconnect: "continue"`` is served in the task group of
+:meth:`Runs.run`, so that it outlives its request and its connection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import time
 from collections import OrderedDict
@@ -17,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.abc
 
 from oma_bridge.errors import RunCancelledError, WireError
 from oma_bridge.results import AgentRunResult
@@ -24,9 +28,11 @@ from oma_bridge.rpc import INVALID_PARAMS
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.config import ServerSection
 from oma_bridge.server.session import Session
-from oma_bridge.wire.codes import OVERLOADED
+from oma_bridge.wire.codes import INTERNAL_ERROR, OVERLOADED
 
 __all__ = ["LiveRun", "Runs"]
+
+logger = logging.getLogger("oma_bridge.server")
 
 #: Results of finished one-off runs (``oma/runAgent``) kept for ``run/result``:
 #: they have no agent, so no journal; an agent's runs are found in its journal.
@@ -54,6 +60,17 @@ class Runs:
         self.finished: OrderedDict[str, AgentRunResult] = OrderedDict()
         self._slots = anyio.CapacityLimiter(settings.max_concurrent_runs)
         self._queued = 0
+        #: Where detached runs are served, while :meth:`run` runs.
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Host the runs that outlive their request (``detach``) until cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._task_group = tg
+            task_status.started()
+            await anyio.sleep_forever()
 
     def new(
         self, run_id: str | None, agent_id: str | None, method: str, session: Session
@@ -71,6 +88,40 @@ class Runs:
         return LiveRun(run_id, agent_id, method, session)
 
     async def serve(
+        self,
+        run: LiveRun,
+        hosted: HostedAgent | None,
+        execute: Callable[[], Awaitable[AgentRunResult]],
+        *,
+        detach: bool = False,
+    ) -> AgentRunResult:
+        """Queue the run, execute it and answer its result (see :meth:`_serve`).
+
+        ``detach``: served in the task group of :meth:`run`, so that the
+        caller's cancellation (its connection closed) ends only the wait.
+        """
+        if not detach or self._task_group is None:
+            return await self._serve(run, hosted, execute)
+        finished = anyio.Event()
+        outcome: list[AgentRunResult] = []
+
+        async def in_background() -> None:
+            try:
+                outcome.append(await self._serve(run, hosted, execute))
+            except Exception:
+                # In the daemon's task group, an error would end the daemon and
+                # every session with it: logged, and answered -32603 below.
+                logger.exception("run %s failed", run.run_id)
+            finally:
+                finished.set()
+
+        self._task_group.start_soon(in_background)
+        await finished.wait()  # a closed connection cancels this wait, not the run
+        if not outcome:
+            raise WireError(INTERNAL_ERROR, "Internal error")  # the run raised: logged above
+        return outcome[0]
+
+    async def _serve(
         self,
         run: LiveRun,
         hosted: HostedAgent | None,

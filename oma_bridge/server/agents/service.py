@@ -22,7 +22,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from oma_bridge.server.agents.probe import probe_profiles, probed_names
 from oma_bridge.server.agents.registry import HookTarget, HostedAgent
 from oma_bridge.server.agents.relay import CallerRelay
 from oma_bridge.server.agents.remote import Remote
-from oma_bridge.server.agents.runs import LiveRun, Runs
+from oma_bridge.server.agents.runs import Runs
 from oma_bridge.server.agents.status import (
     RUN_ID_LABEL,
     agent_rows,
@@ -67,7 +67,6 @@ from oma_bridge.server.profiles import agent_profile_infos
 from oma_bridge.server.sandboxing import require_sandbox
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import (
-    INTERNAL_ERROR,
     RUN_IN_PROGRESS,
     invalid_message,
     not_found,
@@ -104,6 +103,7 @@ class AgentService:
         *,
         orchestrator: OpenMultiAgent | None = None,
         state_dir: Path | None = None,
+        connections: Callable[[], int] = lambda: 0,
     ) -> None:
         self.config = config
         self.settings = config.server
@@ -120,9 +120,8 @@ class AgentService:
             capabilities=ProfileCapabilities(),
         )
         self.started = time.time()
-        self.connections: Callable[[], int] = lambda: 0
-        #: The daemon's task group: runs that continue after their connection.
-        self.task_group: anyio.abc.TaskGroup | None = None
+        #: How many connections the daemon has (``daemon/status``).
+        self.connections = connections
         #: Every run's events pass it: a bounded share of each loop iteration (D23).
         self.turnstile = Turnstile()
 
@@ -142,7 +141,7 @@ class AgentService:
         evaluating = evaluator if evaluator is not None else contextlib.nullcontext()
         try:
             async with anyio.create_task_group() as tg, evaluating:
-                self.task_group = tg
+                await tg.start(self.runs.run)  # runs that continue after their connection
                 tg.start_soon(self.host.store.run)
                 tg.start_soon(self.host.reap_idle)
                 task_status.started()
@@ -366,36 +365,7 @@ class AgentService:
             return result
 
         run.cancel = lambda: agent.cancel(run_id)
-        return await self._serve(run, hosted, execute, keep_going)
-
-    async def _serve(
-        self,
-        run: LiveRun,
-        hosted: HostedAgent | None,
-        execute: Callable[[], Awaitable[AgentRunResult]],
-        keep_going: bool,
-    ) -> AgentRunResult:
-        """Serve the run in this request, or in the daemon's task group when it outlives it."""
-        if not keep_going or self.task_group is None:
-            return await self.runs.serve(run, hosted, execute)
-        finished = anyio.Event()
-        outcome: list[AgentRunResult] = []
-
-        async def in_background() -> None:
-            try:
-                outcome.append(await self.runs.serve(run, hosted, execute))
-            except Exception:
-                # In the daemon's task group, an error would end the daemon and
-                # every session with it: logged, and answered -32603 below.
-                logger.exception("run %s failed", run.run_id)
-            finally:
-                finished.set()
-
-        self.task_group.start_soon(in_background)
-        await finished.wait()  # a closed connection cancels this wait, not the run
-        if not outcome:
-            raise WireError(INTERNAL_ERROR, "Internal error")  # the run raised: logged above
-        return outcome[0]
+        return await self.runs.serve(run, hosted, execute, detach=keep_going)
 
     async def run_agent(self, session: Session, params: Any) -> dict[str, Any]:
         check_forbidden(params, "config")
@@ -443,7 +413,9 @@ class AgentService:
             )
 
         run.cancel = lambda: self.orchestrator.cancel(run_id)
-        result = await self._serve(run, None, execute, request.onDisconnect == "continue")
+        result = await self.runs.serve(
+            run, None, execute, detach=request.onDisconnect == "continue"
+        )
         return result.to_wire()
 
     # -- watching ------------------------------------------------------------------

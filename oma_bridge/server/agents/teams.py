@@ -184,7 +184,7 @@ class TeamMethods:
             return _summary(result)
 
         run.cancel = lambda: service.orchestrator.cancel(run_id)
-        await service._serve(run, None, execute, on_disconnect == "continue")
+        await service.runs.serve(run, None, execute, detach=on_disconnect == "continue")
         # No outcome: cancelled while it waited for a slot, so nothing ran.
         result = outcome[0] if outcome else _never_started(run_id, planned)
         return result.to_wire()
