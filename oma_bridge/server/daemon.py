@@ -298,7 +298,7 @@ async def run_daemon(
                         methods=service.methods(),
                         handle_signals=handle_signals,
                         drain=service.aclose,  # while /readyz still says "stopping"
-                        acp=AcpFacade(service),
+                        acp=AcpFacade(service.host, service.runs, service.turns),
                         slots=slots,
                         task_status=started,
                     )

@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -40,8 +40,11 @@ from oma_bridge.rpc.codes import (
 )
 from oma_bridge.rpc.core import encode_notification
 from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason, updates_of
+from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.registry import HostedAgent
+from oma_bridge.server.agents.runs import Runs
+from oma_bridge.server.agents.turns import TurnRunner
 from oma_bridge.server.config import LlmProfile
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
@@ -49,9 +52,6 @@ from oma_bridge.server.session import Session
 from oma_bridge.waiting import Signal
 from oma_bridge.wire.codes import forbidden
 from oma_bridge.wire.params import AgentOverrides, ClientInfo, InitializeParams
-
-if TYPE_CHECKING:
-    from oma_bridge.server.agents.service import AgentService
 
 __all__ = ["AcpFacade", "Attachment"]
 
@@ -210,8 +210,10 @@ class Attachment:
 class AcpFacade:
     """Builds the endpoint of each ACP connection; see the module docstring."""
 
-    def __init__(self, service: AgentService) -> None:
-        self.service = service
+    def __init__(self, host: AgentHost, runs: Runs, turns: TurnRunner) -> None:
+        self.host = host
+        self.runs = runs
+        self.turns = turns
 
     def endpoint(self, profile: str) -> Endpoint:
         connection = _Connection(self, profile or None)
@@ -227,8 +229,9 @@ class _Connection:
     """One ACP client: its capabilities and the sessions it is attached to."""
 
     def __init__(self, facade: AcpFacade, profile: str | None) -> None:
-        self.service = facade.service
-        self.host = facade.service.host
+        self.host = facade.host
+        self.runs = facade.runs
+        self.turns = facade.turns
         self.profile = profile
         self.client_capabilities: dict[str, Any] = {}
         self.attachments: dict[str, Attachment] = {}
@@ -519,13 +522,13 @@ class _Connection:
             if title:
                 shown = title.strip().splitlines()[0][:80] if title.strip() else ""
                 self.host.update_meta(hosted, {"title": shown})
-        result = await self.service.turn(
+        result = await self.turns.turn(
             session,
             hosted,
             "session/prompt",
             turn,
             journaled_input=run_input,
-            keep_going=True,
+            detach=True,
             meta=meta,
         )
         end = _run_end_seq(hosted.journal, result.run_id)
@@ -548,7 +551,7 @@ class _Connection:
 
     def _cancel(self, session_id: object) -> None:
         if isinstance(session_id, str):
-            self.service.runs.cancel_agent(session_id)
+            self.runs.cancel_agent(session_id)
 
     async def _set_mode(self, session: Session, params: dict[str, Any]) -> Any:
         return await self._passthrough(session, "session/set_mode", params)

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from oma_bridge.agent import Agent
-from oma_bridge.errors import InvalidMessageError
+from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.results import AgentRunResult
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
 from oma_bridge.server.agents.client_calls import client_forwarder
@@ -35,7 +35,7 @@ from oma_bridge.server.agents.store import PersistedSession, SessionStore
 from oma_bridge.server.config import ServerConfig, ServerSection
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
-from oma_bridge.wire.codes import invalid_message, invalid_params, not_found
+from oma_bridge.wire.codes import RUN_IN_PROGRESS, invalid_message, invalid_params, not_found
 from oma_bridge.wire.params import AgentOverrides, HookFlags
 
 __all__ = ["STOPPED_DURING_RUN", "AgentHost", "check_declared_hooks"]
@@ -112,6 +112,22 @@ class AgentHost:
         if hosted is None or hosted.closed:
             raise not_found(f'no open agent with id "{agent_id}"')
         return hosted
+
+    def result_of(self, run_id: str) -> dict[str, Any]:
+        """``run/result``: the wire result of the finished run ``run_id``, from any journal."""
+        if run_id in self.runs.live:
+            raise WireError(RUN_IN_PROGRESS, f'Run in progress: "{run_id}"', {"running": True})
+        journals = [[e.data for e in hosted.journal.entries()] for hosted in self.agents.values()]
+        # A session read back at start answers too, before anyone resumes it.
+        journals += [[data for _seq, data in s.entries] for s in self.restorable.values()]
+        for journal in journals:
+            for data in reversed(journal):
+                if data["type"] == "run_end" and data["runId"] == run_id:
+                    return data["result"]  # type: ignore[no-any-return]
+        finished = self.runs.finished.get(run_id)
+        if finished is not None:
+            return finished.to_wire()
+        raise not_found(f'no finished run with id "{run_id}" in any journal')
 
     # -- opening -----------------------------------------------------------------
 

@@ -5,19 +5,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import anyio
 
 from oma_bridge.agent import Agent
 from oma_bridge.backends import ElicitationRequest, PermissionRequest
 from oma_bridge.server.agents.journal import Entry, Journal
+from oma_bridge.server.agents.watchers import Watcher, check_cursor
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
 from oma_bridge.wire.params import HookFlags
-
-if TYPE_CHECKING:
-    from oma_bridge.server.agents.watchers import Watcher
 
 
 class PacedReader(Protocol):
@@ -125,6 +123,26 @@ class HostedAgent(HookTarget):
     def mark_idle(self) -> None:
         if not self.busy() and not self.connected() and self.idle_since is None:
             self.idle_since = time.monotonic()
+
+    async def watch(self, session: Session, after_seq: int | None) -> int:
+        """``session`` follows the journal from ``after_seq`` (from now: ``None``); its cursor."""
+        journal = self.journal
+        cursor = journal.last_seq if after_seq is None else after_seq
+        check_cursor(journal, cursor)
+        self.unwatch(session)
+        watcher = Watcher(session, self.agent_id, journal, cursor)
+        await watcher.catch_up()
+        # No await between the catch-up and the registration: nothing falls between.
+        self.watchers[session] = watcher
+        self.use(session)
+        watcher.on_stop(session.on_close(lambda _session: self.unwatch(session)))
+        session.start_soon(watcher.pump)
+        return watcher.cursor
+
+    def unwatch(self, session: Session) -> None:
+        watcher = self.watchers.pop(session, None)
+        if watcher is not None:
+            watcher.stop()
 
     async def record(self, data: dict[str, Any]) -> Entry:
         """Journal ``data`` once no paced reader would lose an entry for it.

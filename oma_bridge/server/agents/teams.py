@@ -34,12 +34,12 @@ its id; the request's answer is the :class:`TeamRunResult` itself.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 from oma_bridge.agent import AgentConfig
 from oma_bridge.backends import RUN_ID_LABEL, PermissionHandler
 from oma_bridge.errors import InvalidMessageError, TaskGraphError
-from oma_bridge.orchestration.orchestrator import ProgressCallback
+from oma_bridge.orchestration.orchestrator import OpenMultiAgent, ProgressCallback
 from oma_bridge.orchestration.outcome import TeamRunResult, TeamTask, combined_output
 from oma_bridge.orchestration.roster import Team
 from oma_bridge.orchestration.scheduler import RunControl
@@ -51,15 +51,15 @@ from oma_bridge.orchestration.tasks import (
 )
 from oma_bridge.orchestration.teams import DEFAULT_MAX_CONCURRENCY
 from oma_bridge.results import AgentRunResult, RunStatus, TokenUsage
+from oma_bridge.server.agents.host import AgentHost
+from oma_bridge.server.agents.one_off import progress_sender
 from oma_bridge.server.agents.overrides import agent_config
-from oma_bridge.server.agents.runs import LiveRun
+from oma_bridge.server.agents.remote import Remote
+from oma_bridge.server.agents.runs import LiveRun, Runs
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import invalid_message, invalid_params
 from oma_bridge.wire.params import RunTasksParams, RunTeamParams, parse_params
-
-if TYPE_CHECKING:
-    from oma_bridge.server.agents.service import AgentService
 
 __all__ = ["TeamMethods"]
 
@@ -68,10 +68,15 @@ _Start: TypeAlias = Callable[[ProgressCallback, PermissionHandler], Awaitable[Te
 
 
 class TeamMethods:
-    """The team methods of an :class:`AgentService` (its profiles, runs, orchestrator)."""
+    """The team methods on the daemon's profiles, runs and orchestrator."""
 
-    def __init__(self, service: AgentService) -> None:
-        self.service = service
+    def __init__(
+        self, host: AgentHost, runs: Runs, orchestrator: OpenMultiAgent, remote: Remote
+    ) -> None:
+        self.host = host
+        self.runs = runs
+        self.orchestrator = orchestrator
+        self.remote = remote
 
     def register(self, registry: MethodRegistry) -> None:
         registry.add("oma/runTasks", self.run_tasks)
@@ -86,17 +91,17 @@ class TeamMethods:
         try:
             # The roster is every declared profile, so that an unknown
             # assignee is refused naming its task and the profiles there are.
-            planned = plan_tasks(wire_tasks, self.service.config.agents)
+            planned = plan_tasks(wire_tasks, self.host.config.agents)
         except TaskGraphError as error:
             raise invalid_params(
                 [{"loc": ["tasks"], "msg": issue, "type": "task_graph"} for issue in error.issues]
             ) from None
-        run = self.service.runs.new(request.runId, None, "oma/runTasks", session)
+        run = self.runs.new(request.runId, None, "oma/runTasks", session)
         roster = self._roster((task.assignee for task in planned), run.run_id)
         concurrency = request.maxConcurrency or DEFAULT_MAX_CONCURRENCY
 
         async def start(progress: ProgressCallback, ask: PermissionHandler) -> TeamRunResult:
-            return await self.service.orchestrator.run_tasks(
+            return await self.orchestrator.run_tasks(
                 roster,
                 wire_tasks,
                 max_concurrency=concurrency,
@@ -113,7 +118,7 @@ class TeamMethods:
         request = parse_params(RunTeamParams, params)
         team = request.team
         for name in (*team.agents, team.coordinator):
-            self.service.host.profile(name)  # -32011 for a profile not declared
+            self.host.profile(name)  # -32011 for a profile not declared
         duplicates = sorted({name for name in team.agents if team.agents.count(name) > 1})
         if duplicates:
             raise invalid_params(
@@ -122,7 +127,7 @@ class TeamMethods:
                     for name in duplicates
                 ]
             )
-        kind = self.service.host.profile(team.coordinator).kind
+        kind = self.host.profile(team.coordinator).kind
         if kind != "llm":
             raise invalid_params(
                 [
@@ -133,12 +138,12 @@ class TeamMethods:
                     }
                 ]
             )
-        run = self.service.runs.new(request.runId, None, "oma/runTeam", session)
+        run = self.runs.new(request.runId, None, "oma/runTeam", session)
         roster = self._roster(team.agents, run.run_id)
         (coordinator,) = self._roster([team.coordinator], run.run_id).values()
 
         async def start(progress: ProgressCallback, ask: PermissionHandler) -> TeamRunResult:
-            return await self.service.orchestrator.run_team(
+            return await self.orchestrator.run_team(
                 Team(agents=roster, coordinator=coordinator),
                 request.goal,
                 run_id=run.run_id,
@@ -150,10 +155,10 @@ class TeamMethods:
 
     def _roster(self, names: Iterable[str], run_id: str) -> dict[str, AgentConfig]:
         """Each named profile's config, as ``oma/runAgent`` builds it, in first-use order."""
-        service = self.service
+        host = self.host
         return {
             name: agent_config(
-                name, service.host.profile(name), service.settings, None, {RUN_ID_LABEL: run_id}
+                name, host.profile(name), host.settings, None, {RUN_ID_LABEL: run_id}
             )
             for name in dict.fromkeys(names)
         }
@@ -167,24 +172,18 @@ class TeamMethods:
         on_disconnect: str,
     ) -> dict[str, Any]:
         """Run the team as one run of the daemon; answer its ``TeamRunResult``."""
-        service = self.service
         run_id = run.run_id
         outcome: list[TeamRunResult] = []
-
-        async def progress(event: dict[str, Any]) -> None:
-            data = event.get("data")
-            if isinstance(data, AgentRunResult):
-                event = {**event, "data": data.to_wire()}
-            await session.notify("oma/progress", {"runId": run_id, "event": event})
+        progress = progress_sender(session, run_id)
 
         async def execute() -> AgentRunResult:
             # Permission requests of ACP members go to the calling connection.
-            result = await start(progress, service.remote.permission_handler(session, None))
+            result = await start(progress, self.remote.permission_handler(session, None))
             outcome.append(result)
             return _summary(result)
 
-        run.cancel = lambda: service.orchestrator.cancel(run_id)
-        await service.runs.serve(run, None, execute, detach=on_disconnect == "continue")
+        run.cancel = lambda: self.orchestrator.cancel(run_id)
+        await self.runs.serve(run, None, execute, detach=on_disconnect == "continue")
         # No outcome: cancelled while it waited for a slot, so nothing ran.
         result = outcome[0] if outcome else _never_started(run_id, planned)
         return result.to_wire()
