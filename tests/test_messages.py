@@ -733,19 +733,19 @@ def test_validated_large_payloads_are_remembered_within_a_bound() -> None:
         source = {"type": "base64", "media_type": "image/png", "data": data}
         return [{"role": "user", "content": [{"type": "image", "source": source}]}]
 
-    big = "QUFB" * (messages_module._REMEMBER_FROM // 4)
+    big = "QUFB" * (messages_module._REMEMBER_FROM // 4)  # noqa: SLF001 — the guard's memory of valid base64, bounded
     validate_messages(image(big))
-    assert big in messages_module._remembered
+    assert big in messages_module._remembered  # noqa: SLF001 — the guard's memory of valid base64, bounded
     broken = big[:-4] + "QR=="  # non-zero spare bits: never remembered, always refused
     for _ in range(2):
         with pytest.raises(InvalidMessageError, match="must contain raw base64 data"):
             validate_messages(image(broken))
-    assert broken not in messages_module._remembered
-    step = messages_module._REMEMBER_AT_MOST // 4
+    assert broken not in messages_module._remembered  # noqa: SLF001 — the guard's memory of valid base64, bounded
+    step = messages_module._REMEMBER_AT_MOST // 4  # noqa: SLF001 — the guard's memory of valid base64, bounded
     for index in range(6):
         validate_messages(image(chr(ord("A") + index) * 4 + "QUFB" * (step // 4)))
-    assert messages_module._remembered_size <= messages_module._REMEMBER_AT_MOST
-    assert big not in messages_module._remembered  # the oldest went first
+    assert messages_module._remembered_size <= messages_module._REMEMBER_AT_MOST  # noqa: SLF001 — the guard's memory of valid base64, bounded
+    assert big not in messages_module._remembered  # noqa: SLF001 — the guard's memory of valid base64, bounded; the oldest went first
 
 
 @pytest.mark.parametrize(

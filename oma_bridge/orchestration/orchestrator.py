@@ -13,10 +13,11 @@ evaluation.  Run failures come back as results; only invalid input raises.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from oma_bridge.agent import Agent, AgentConfig, PreparedInput
@@ -27,6 +28,7 @@ from oma_bridge.errors import CallbackError, CostBudgetExceededError, RunCancell
 from oma_bridge.messages import AgentRunInput, copy_messages
 from oma_bridge.orchestration.evaluation import EvaluationConfig, OnlineEvaluator
 from oma_bridge.orchestration.outcome import TeamRunResult
+from oma_bridge.orchestration.protocols import ProgressCallback
 from oma_bridge.orchestration.roster import Roster, Team
 from oma_bridge.orchestration.scheduler import RunControl
 from oma_bridge.orchestration.tasks import TaskSpec
@@ -45,8 +47,6 @@ __all__ = ["CostEstimator", "OpenMultiAgent", "ProgressCallback", "TraceCallback
 
 logger = logging.getLogger(__name__)
 
-#: ``on_progress({"type", "agent", "data"})``; sync or async.
-ProgressCallback: TypeAlias = Callable[[dict[str, Any]], Any]
 #: ``estimate_cost(usage, {"agentName", "model", "provider", "phase", "taskId"}) -> cost``.
 CostEstimator: TypeAlias = Callable[[TokenUsage, dict[str, Any]], float]
 
@@ -93,7 +93,8 @@ class OpenMultiAgent:
         self._live: dict[str, Agent] = {}
         self._teams: dict[str, RunControl] = {}
 
-    def _effective_config(self, config: AgentConfig) -> AgentConfig:
+    def effective_config(self, config: AgentConfig) -> AgentConfig:
+        """``config`` with the orchestrator's default model and provider filled in."""
         backend = config.backend
         if not isinstance(backend, LlmConfig):
             return config
@@ -124,7 +125,7 @@ class OpenMultiAgent:
         per-call listener (the daemon sends those events to the calling
         connection) next to the orchestrator's own.
         """
-        agent = Agent(self._effective_config(config), permission_handler=permission_handler)
+        agent = Agent(self.effective_config(config), permission_handler=permission_handler)
         # Step 1: raises before anything is seen.
         prepared = run_input if isinstance(run_input, PreparedInput) else agent.prepare(run_input)
         prepared.check(text_only_kind(agent.config))
@@ -346,6 +347,15 @@ class OpenMultiAgent:
             on_progress=on_progress,
             permission_handler=permission_handler,
         )
+
+    @contextlib.contextmanager
+    def tracking_team(self, run_id: str, control: RunControl) -> Iterator[None]:
+        """``run_id`` is live (and ``cancel(run_id)`` reaches ``control``) inside the block."""
+        self._teams[run_id] = control
+        try:
+            yield
+        finally:
+            self._teams.pop(run_id, None)
 
     def is_live(self, run_id: str) -> bool:
         """Whether a ``run_agent`` or team run with this id is running."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -38,6 +38,7 @@ from oma_bridge.orchestration.outcome import (
 )
 from oma_bridge.orchestration.planner import read_plan
 from oma_bridge.orchestration.prompts import decomposition_prompt, repair_prompt, synthesis_prompt
+from oma_bridge.orchestration.protocols import ProgressCallback, TeamOrchestrator
 from oma_bridge.orchestration.roster import (
     AgentLike,
     Roster,
@@ -51,16 +52,13 @@ from oma_bridge.orchestration.scheduler import RunControl, Scheduler
 from oma_bridge.orchestration.tasks import PlannedTask, TaskSpec, check_goal_text, plan_tasks
 from oma_bridge.results import AgentRunResult, RunIdentity, RunStatus, TokenUsage
 
-if TYPE_CHECKING:
-    from oma_bridge.orchestration.orchestrator import OpenMultiAgent, ProgressCallback
-
 __all__ = ["DEFAULT_MAX_CONCURRENCY", "run_tasks", "run_team"]
 
 DEFAULT_MAX_CONCURRENCY = 4
 
 
 async def run_tasks(
-    oma: OpenMultiAgent,
+    oma: TeamOrchestrator,
     team: Team | Roster,
     tasks: Sequence[TaskSpec | Mapping[str, Any]],
     *,
@@ -81,7 +79,7 @@ async def run_tasks(
 
 
 async def run_team(
-    oma: OpenMultiAgent,
+    oma: TeamOrchestrator,
     team: Team,
     goal: str,
     *,
@@ -104,7 +102,7 @@ async def run_team(
     ) as run:
         coordinator = run.adopt(
             coordinator_agent(
-                oma._effective_config, team.coordinator, run.agents, permission_handler
+                oma.effective_config, team.coordinator, run.agents, permission_handler
             )
         )
         return await run.team_result(coordinator, goal, max_concurrency)
@@ -124,7 +122,7 @@ class _TeamRun:
 
     def __init__(
         self,
-        oma: OpenMultiAgent,
+        oma: TeamOrchestrator,
         agents: dict[str, Agent],
         run_id: str,
         max_token_budget: int | None,
@@ -146,7 +144,7 @@ class _TeamRun:
     @contextlib.asynccontextmanager
     async def open(
         cls,
-        oma: OpenMultiAgent,
+        oma: TeamOrchestrator,
         members: Mapping[str, AgentLike],
         run_id: str | None,
         max_token_budget: int | None,
@@ -163,17 +161,18 @@ class _TeamRun:
             if isinstance(member, Agent):
                 agents[name] = member
             else:
-                agent = make_agent(oma._effective_config, member, permission_handler)
+                agent = make_agent(oma.effective_config, member, permission_handler)
                 agents[name] = agent
                 owned.append(agent)
         run = cls(oma, agents, run_id, max_token_budget, on_progress)
         run._owned = owned
-        oma._teams[run_id] = run.control
         try:
-            yield run
+            with oma.tracking_team(run_id, run.control):
+                try:
+                    yield run
+                finally:
+                    run.control.finished = True
         finally:
-            run.control.finished = True
-            oma._teams.pop(run_id, None)
             # Shielded: the run's processes must be gone even when it was cancelled.
             with anyio.CancelScope(shield=True):
                 for agent in run._owned:

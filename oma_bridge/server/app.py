@@ -195,7 +195,7 @@ async def serve(
 
 async def _wait_for_stop(running: RunningServer, handle_signals: bool) -> None:
     if not handle_signals:
-        await running._stopping.wait()
+        await running.wait_stopping()
         return
     async with anyio.create_task_group() as tg:
 
@@ -207,7 +207,7 @@ async def _wait_for_stop(running: RunningServer, handle_signals: bool) -> None:
                     return
 
         tg.start_soon(on_signals)
-        await running._stopping.wait()
+        await running.wait_stopping()
         tg.cancel_scope.cancel()
 
 

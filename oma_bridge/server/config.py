@@ -393,6 +393,10 @@ class ServerConfig(_Frozen):
         """Where the config came from (a path, or the embedded default), for error messages."""
         return self._source
 
+    def came_from(self, source: str) -> None:
+        """Record where the config was read from (once, by :func:`parse_config`)."""
+        self._source = source
+
     def error(self, key: str, problem: str) -> ConfigError:
         """A :class:`ConfigError` about ``key`` of this config (for checks made at start)."""
         return ConfigError(self._source, key, problem)
@@ -485,7 +489,7 @@ def parse_config(text: str, *, source: str, base_dir: Path) -> ServerConfig:
         raise ConfigError(source, key, _problem(first)) from None
     except RegistryProfileError as exc:
         raise ConfigError(source, exc.key, exc.problem) from None
-    config._source = source
+    config.came_from(source)
     return config
 
 

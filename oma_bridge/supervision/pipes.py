@@ -74,15 +74,15 @@ class ChildStdout(anyio.abc.ByteReceiveStream):
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
 
-    def _feed(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> None:
         self._chunks.append(data)
         self._buffered += len(data)
         _wake(self._waiter)
         if self._buffered > _STDOUT_HIGH and not self._paused:
             self._paused = True
-            self._protocol._pipe(1, "pause_reading")
+            self._protocol.pipe(1, "pause_reading")
 
-    def _feed_eof(self) -> None:
+    def feed_eof(self) -> None:
         self._eof = True
         _wake(self._waiter)
 
@@ -104,14 +104,14 @@ class ChildStdout(anyio.abc.ByteReceiveStream):
         self._buffered -= len(chunk)
         if self._paused and self._buffered <= _STDOUT_LOW:
             self._paused = False
-            self._protocol._pipe(1, "resume_reading")
+            self._protocol.pipe(1, "resume_reading")
         return chunk
 
     async def aclose(self) -> None:
         self._closed = True
         self._chunks.clear()
         _wake(self._waiter)
-        self._protocol._pipe(1, "close")
+        self._protocol.pipe(1, "close")
 
 
 class ChildStdin(anyio.abc.ByteSendStream):
@@ -129,7 +129,7 @@ class ChildStdin(anyio.abc.ByteSendStream):
             raise anyio.ClosedResourceError
         if self._lost:
             raise anyio.BrokenResourceError
-        self._protocol._pipe(0, "write", item)
+        self._protocol.pipe(0, "write", item)
         while self._paused and not self._lost:
             self._drain = asyncio.get_running_loop().create_future()
             try:
@@ -141,7 +141,7 @@ class ChildStdin(anyio.abc.ByteSendStream):
 
     async def aclose(self) -> None:
         self._closed = True
-        self._protocol._pipe(0, "close")
+        self._protocol.pipe(0, "close")
 
     def write_and_close(self, data: bytes) -> None:
         """Queue ``data`` and close stdin once it is flushed; never blocks.
@@ -154,15 +154,15 @@ class ChildStdin(anyio.abc.ByteSendStream):
             return
         self._closed = True
         if data:
-            self._protocol._pipe(0, "write", data)
-        self._protocol._pipe(0, "close")
+            self._protocol.pipe(0, "write", data)
+        self._protocol.pipe(0, "close")
 
-    def _set_paused(self, paused: bool) -> None:
+    def set_paused(self, paused: bool) -> None:
         self._paused = paused
         if not paused:
             _wake(self._drain)
 
-    def _connection_lost(self) -> None:
+    def pipe_lost(self) -> None:
         self._lost = True
         _wake(self._drain)
 
@@ -181,7 +181,8 @@ class ChildProtocol(asyncio.SubprocessProtocol):
         self.closed = asyncio.Event()
         self.transport: asyncio.SubprocessTransport | None = None
 
-    def _pipe(self, fd: int, method: str, *args: bytes) -> None:
+    def pipe(self, fd: int, method: str, *args: bytes) -> None:
+        """Call ``method`` of the child's pipe ``fd`` while it is open."""
         pipe = self.transport.get_pipe_transport(fd) if self.transport else None
         if pipe is not None and not pipe.is_closing():
             getattr(pipe, method)(*args)
@@ -193,21 +194,21 @@ class ChildProtocol(asyncio.SubprocessProtocol):
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
         assert isinstance(data, bytes)
         if fd == 1:
-            self.stdout._feed(data)
+            self.stdout.feed(data)
         else:
             self.stderr.feed(data)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 0:
-            self.stdin._connection_lost()
+            self.stdin.pipe_lost()
         elif fd == 1:
-            self.stdout._feed_eof()
+            self.stdout.feed_eof()
 
     def pause_writing(self) -> None:
-        self.stdin._set_paused(True)
+        self.stdin.set_paused(True)
 
     def resume_writing(self) -> None:
-        self.stdin._set_paused(False)
+        self.stdin.set_paused(False)
 
     def process_exited(self) -> None:
         self.exited.set()

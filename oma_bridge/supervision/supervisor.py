@@ -421,7 +421,8 @@ class Supervisor:
         self._live[pid] = process
         return process
 
-    def _released(self, pgid: int) -> None:
+    def released(self, pgid: int) -> None:
+        """The child of group ``pgid`` is gone and its transport closed: forget it."""
         self._live.pop(pgid, None)
         self._watchdog.unregister(pgid)
 
@@ -624,7 +625,7 @@ class SupervisedProcess:
         if self._linger is not None:
             self._linger.cancel()
         self._transport.close()  # closes the pipes; SIGKILLs a child that outlived it all
-        self._supervisor._released(self.pid)
+        self._supervisor.released(self.pid)
 
 
 #: ``/proc`` entries (processes and a few dozen others) up to which

@@ -148,11 +148,11 @@ npm error
 npm error If you are behind a proxy, please make sure that the 'proxy' config is set properly.
 npm error A complete log of this run can be found in: /tmp/npm.log
 """
-    assert npm_peers._error_summary(output) == (
+    assert npm_peers._error_summary(output) == (  # noqa: SLF001 — the summary rule on npm's own output, with no npm run
         "ECONNREFUSED: FetchError: request to http://127.0.0.1:9/x failed, "
         "reason: connect ECONNREFUSED"
     )
-    assert npm_peers._error_summary("boom\nlast words\n") == "last words"
+    assert npm_peers._error_summary("boom\nlast words\n") == "last words"  # noqa: SLF001 — the summary rule on npm's own output, with no npm run
 
 
 def test_install_that_leaves_no_package_fails(

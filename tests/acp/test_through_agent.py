@@ -60,14 +60,14 @@ async def test_structured_input_never_spawns(tmp_path: Path) -> None:
     agent = _agent(scenario_config(tmp_path))
     with pytest.raises(InvalidMessageError, match="accepts string prompts only"):
         await agent.run([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
-    assert agent._backend is None or agent._backend.pid is None  # type: ignore[attr-defined]
+    assert agent.backend is None or agent.backend.pid is None  # type: ignore[attr-defined]
     await agent.close()
 
 
 async def test_close_leaves_no_process(tmp_path: Path) -> None:
     agent = _agent(scenario_config(tmp_path))
     await agent.run("echo hi")
-    pid = agent._backend.pid  # type: ignore[union-attr]
+    pid = agent.backend.pid  # type: ignore[union-attr]
     assert pid is not None
     await agent.close()
     assert not group_alive(pid)

@@ -403,7 +403,7 @@ async def test_close_stops_an_entered_stream_iterated_in_another_task() -> None:
                 await anyio.sleep(0.01)
         await agent.close()
         # The stream's run and its clean-up ended before close() returned.
-        assert journal.finished_cleanup == 1 and not agent._streams
+        assert journal.finished_cleanup == 1 and not agent._streams  # noqa: SLF001 — no public view of the agent's live streams
     assert len(seen) < 10
 
 
@@ -412,7 +412,7 @@ async def test_close_stops_a_bare_stream_its_consumer_dropped() -> None:
     stream = agent.stream("a b c d e f g h i j")
     assert await stream.__anext__() == StreamEvent("text", "a ")
     await agent.close()
-    assert journal.finished_cleanup == 1 and not agent._streams
+    assert journal.finished_cleanup == 1 and not agent._streams  # noqa: SLF001 — no public view of the agent's live streams
     await stream.aclose()
 
 

@@ -233,7 +233,7 @@ class ScenarioAgent:
 
     async def do_permmeta(self, sid: str, text: str, rest: str) -> Any:
         """``permmeta``: :data:`PERMISSION_WITH_META` asked as written (raw JSON)."""
-        answer = await self.conn._conn.send_request(
+        answer = await self.conn._conn.send_request(  # noqa: SLF001 — the SDK's raw connection sends JSON its typed API cannot
             "session/request_permission", {"sessionId": sid, **PERMISSION_WITH_META}
         )
         outcome = answer["outcome"]
@@ -278,7 +278,7 @@ class ScenarioAgent:
     async def do_rich(self, sid: str, text: str, rest: str) -> Any:
         """``rich``: the updates of :data:`RICH`, as written (raw JSON, not the SDK models)."""
         for update in RICH:
-            await self.conn._conn.send_notification(
+            await self.conn._conn.send_notification(  # noqa: SLF001 — the SDK's raw connection sends JSON its typed API cannot
                 "session/update", {"sessionId": sid, "update": update}
             )
         return self._stop("end_turn")

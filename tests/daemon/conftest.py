@@ -90,7 +90,7 @@ def small_send_buffer(session: Any) -> None:
     The leash holds the reader back; these buffers are what the daemon can
     still write meanwhile (the kernel's ~200 KB would hold ~2,000 entries).
     """
-    transport = session._drop.__self__  # the connection's drop is its transport's abort
+    transport = session._drop.__self__  # noqa: SLF001 — the connection's transport, to shrink its buffers; the connection's drop is its transport's abort
     transport.set_write_buffer_limits(high=4096)
     transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
 

@@ -29,7 +29,7 @@ DISK_BYTES_PER_S = 16 * 1024 * 1024
 async def test_a_slow_disk_turns_persistence_off_instead_of_growing_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real_write_all = store_module._write_all
+    real_write_all = store_module._write_all  # noqa: SLF001 — the store's one disk write, slowed
 
     def slow_write_all(fd: int, chunks: list[bytes]) -> None:
         time.sleep(sum(len(chunk) for chunk in chunks) / DISK_BYTES_PER_S)
@@ -52,7 +52,7 @@ async def test_a_slow_disk_turns_persistence_off_instead_of_growing_memory(
                 store.write("agt_slow", {"seq": seq, "entry": entry}, batch=True)
                 await anyio.sleep(0.001)  # a stream yields between its chunks
             assert not store.enabled
-            behind = store._queued_bytes - store._done_bytes
+            behind = store._queued_bytes - store._done_bytes  # noqa: SLF001 — the writer's backlog, bounded
             assert behind <= MAX_BACKLOG_BYTES + 2 * len(CHUNK) + 1024
         finally:
             store.close()  # the writer thread ends only so (it cannot be cancelled)

@@ -244,7 +244,7 @@ async def test_the_probe_is_cached_with_care(
     monkeypatch.setattr(sandboxing, "RETRY_AFTER_S", 0.0)
     await bubblewrap.check(network=False)
     probes: list[bool] = []
-    probe = bubblewrap._probe
+    probe = bubblewrap._probe  # noqa: SLF001 — counting the probes the cache saves
     monkeypatch.setattr(
         bubblewrap, "_probe", lambda network: probes.append(network) or probe(network)
     )

@@ -195,9 +195,9 @@ async def test_an_answer_leaves_when_it_is_sent_with_what_was_queued_before_it(
         writer = FrameWriter(ws)
         for k in range(3):
             await writer.send(b'{"k":%d}' % k, hold=True)  # queued for the end of the tick
-        queued.append(len(writer._queue))
+        queued.append(len(writer._queue))  # noqa: SLF001 — what the writer holds for the tick's end
         await writer.send(b'{"k":3}')  # an answer: out now, behind the three
-        queued.append(len(writer._queue))
+        queued.append(len(writer._queue))  # noqa: SLF001 — what the writer holds for the tick's end
         await ws.close()
 
     path = str(short_dir / "a.sock")

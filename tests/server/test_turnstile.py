@@ -99,7 +99,7 @@ async def test_a_cancelled_waiter_gives_its_place_up() -> None:
     await anyio.lowlevel.checkpoint()
     await anyio.lowlevel.checkpoint()
     assert turnstile.waiting == 0
-    assert not turnstile._ticking  # nothing left scheduled: an idle daemon pays nothing
+    assert not turnstile._ticking  # noqa: SLF001 — nothing left scheduled: an idle daemon pays nothing
 
 
 def test_per_tick_is_at_least_one() -> None:
