@@ -36,12 +36,15 @@ def subscribe(observer: Observer) -> Callable[[], None]:
 
 
 def report(event: str, **fields: Any) -> None:
-    """Tell every observer that ``event`` happened (``None`` fields are left out)."""
+    """Tell every observer that ``event`` happened (``None`` fields are left out).
+
+    Each observer gets its own dict: what one takes out or adds is not seen by the next.
+    """
     if not _observers:
         return
     data = {key: value for key, value in fields.items() if value is not None}
     for observer in list(_observers):
         try:
-            observer(event, data)
+            observer(event, dict(data))
         except Exception:
             logger.exception("an observer of %s raised; ignored", event)

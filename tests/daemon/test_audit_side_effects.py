@@ -10,6 +10,7 @@ import anyio
 import orjson
 import pytest
 
+from oma_bridge import observe
 from oma_bridge.client import connect
 
 from .conftest import AGENTS, daemon
@@ -84,3 +85,28 @@ permission = "reject"
         )
         assert decision["decidedBy"] == "policy"
         assert decision["outcome"]["outcome"] == "selected"
+
+
+async def test_every_observer_sees_the_agent_id_the_audit_log_records(short_dir: Path) -> None:
+    """``observe.report`` hands each observer its own fields: the daemon's audit
+    observer reading ``agentId`` (and adding the profile) takes nothing from
+    an observer subscribed after it."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    async with daemon(short_dir), connect(discovery_dir=short_dir) as client:
+        unsubscribe = observe.subscribe(lambda event, fields: seen.append((event, fields)))
+        try:
+            counter = await client.open("wordcount")
+            assert (await counter.run("one two")).success
+            with anyio.fail_after(10):
+                while not exited(short_dir, counter.agent_id):  # noqa: ASYNC110 (a file)
+                    await anyio.sleep(0.05)
+        finally:
+            unsubscribe()
+        spawn = next(r for r in records(short_dir) if r["event"] == "spawn")
+        assert (spawn["agentId"], spawn["profile"]) == (counter.agent_id, "wordcount")
+    spawns = [fields for event, fields in seen if event == "spawn"]
+    exits = [fields for event, fields in seen if event == "exit"]
+    assert spawns and exits
+    assert all(fields["agentId"] == counter.agent_id for fields in spawns + exits)
+    # What the audit observer added for its record is not in the library's report.
+    assert all("profile" not in fields for fields in spawns)

@@ -21,6 +21,7 @@ def audit_observer(host: AgentHost, audit: AuditLog) -> Observer:
     """The observer that hands ``host``'s agents' side effects to ``audit``."""
 
     def record(event: str, fields: dict[str, Any]) -> None:
+        # ``fields`` is this observer's own copy (observe.report): popped and added to freely.
         agent_id = fields.pop("agentId", None)
         hosted = host.agents.get(agent_id) if agent_id else None
         if event == "note":
