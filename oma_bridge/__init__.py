@@ -7,6 +7,13 @@ The library is usable without the daemon::
     agent = Agent(AgentConfig(name="demo", provider="echo", model="echo-1"))
     result = await agent.run("hello")
 
+The root holds what the README and the docs use: agents and their configs,
+messages, results, errors, teams, the client's ``connect``
+(``tests/test_public_api.py`` pins it).  The rest is reached from its
+subpackage: a backend's seam from :mod:`oma_bridge.backends`, prepared input
+from :mod:`oma_bridge.agent`, the guard from :mod:`oma_bridge.messages`, the
+evaluator's parts from :mod:`oma_bridge.orchestration.evaluation`.
+
 Names are resolved on first use (PEP 562): ``import oma_bridge.client`` (the
 command line, the ACP shim) does not pay for the agent layer, pydantic and
 the backends it does not use.
@@ -24,16 +31,11 @@ if TYPE_CHECKING:
         Agent,
         AgentConfig,
         AgentState,
-        PreparedInput,
-        PreparedPrompt,
         RunStream,
     )
     from oma_bridge.backends import (
-        Backend,
-        BackendOutcome,
         ElicitationRequest,
         PermissionRequest,
-        RunContext,
     )
     from oma_bridge.backends.acp.config import (
         AcpConfig,
@@ -43,6 +45,10 @@ if TYPE_CHECKING:
     )
     from oma_bridge.backends.process.config import (
         ProcessConfig,
+    )
+    from oma_bridge.client import (
+        ClientError,
+        connect,
     )
     from oma_bridge.errors import (
         AuthRequiredError,
@@ -67,22 +73,14 @@ if TYPE_CHECKING:
         AgentRunInput,
         ContentBlock,
         LLMMessage,
-        copy_messages,
-        validate_content_blocks,
-        validate_messages,
     )
     from oma_bridge.orchestration.evaluation import (
         EvaluationConfig,
-        EvaluationInput,
-        JsonlFileStore,
-        OnlineEvaluator,
-        Score,
     )
     from oma_bridge.orchestration.orchestrator import (
         OpenMultiAgent,
     )
     from oma_bridge.orchestration.outcome import (
-        TaskStatus,
         TeamRunResult,
         TeamTask,
     )
@@ -91,9 +89,6 @@ if TYPE_CHECKING:
     )
     from oma_bridge.orchestration.tasks import (
         TaskSpec,
-    )
-    from oma_bridge.redaction import (
-        redact,
     )
     from oma_bridge.results import (
         AgentRunResult,
@@ -116,41 +111,32 @@ __all__ = [
     "AgentRunResult",
     "AgentState",
     "AuthRequiredError",
-    "Backend",
     "BackendError",
-    "BackendOutcome",
     "CallbackError",
+    "ClientError",
     "ContentBlock",
     "CostBudgetExceededError",
     "ElicitationRequest",
     "ErrorInfo",
     "EvaluationConfig",
-    "EvaluationInput",
     "InvalidMessageError",
-    "JsonlFileStore",
     "LLMCallTimeoutError",
     "LLMMessage",
     "LlmConfig",
     "OMAError",
-    "OnlineEvaluator",
     "OpenMultiAgent",
     "PermissionRequest",
-    "PreparedInput",
-    "PreparedPrompt",
     "ProcessConfig",
     "ProviderError",
     "RefusedError",
     "RunCancelledError",
-    "RunContext",
     "RunStatus",
     "RunStream",
     "RunTimeoutError",
     "SandboxUnavailableError",
-    "Score",
     "StreamEvent",
     "TaskGraphError",
     "TaskSpec",
-    "TaskStatus",
     "Team",
     "TeamError",
     "TeamRunResult",
@@ -160,11 +146,8 @@ __all__ = [
     "ToolCallRecord",
     "ToolDefinition",
     "__version__",
-    "copy_messages",
+    "connect",
     "is_retryable",
-    "redact",
-    "validate_content_blocks",
-    "validate_messages",
 ]
 
 _HOMES = {
@@ -176,41 +159,32 @@ _HOMES = {
     "AgentRunResult": "oma_bridge.results",
     "AgentState": "oma_bridge.agent",
     "AuthRequiredError": "oma_bridge.errors",
-    "Backend": "oma_bridge.backends",
     "BackendError": "oma_bridge.errors",
-    "BackendOutcome": "oma_bridge.backends",
     "CallbackError": "oma_bridge.errors",
+    "ClientError": "oma_bridge.client",
     "ContentBlock": "oma_bridge.messages",
     "CostBudgetExceededError": "oma_bridge.errors",
+    "ElicitationRequest": "oma_bridge.backends",
     "ErrorInfo": "oma_bridge.results",
     "EvaluationConfig": "oma_bridge.orchestration.evaluation",
-    "EvaluationInput": "oma_bridge.orchestration.evaluation",
     "InvalidMessageError": "oma_bridge.errors",
-    "JsonlFileStore": "oma_bridge.orchestration.evaluation",
     "LLMCallTimeoutError": "oma_bridge.errors",
     "LLMMessage": "oma_bridge.messages",
     "LlmConfig": "oma_bridge.backends.llm.config",
     "OMAError": "oma_bridge.errors",
-    "OnlineEvaluator": "oma_bridge.orchestration.evaluation",
     "OpenMultiAgent": "oma_bridge.orchestration.orchestrator",
-    "ElicitationRequest": "oma_bridge.backends",
     "PermissionRequest": "oma_bridge.backends",
-    "PreparedInput": "oma_bridge.agent",
-    "PreparedPrompt": "oma_bridge.agent",
     "ProcessConfig": "oma_bridge.backends.process.config",
     "ProviderError": "oma_bridge.errors",
     "RefusedError": "oma_bridge.errors",
     "RunCancelledError": "oma_bridge.errors",
-    "RunContext": "oma_bridge.backends",
     "RunStatus": "oma_bridge.results",
     "RunStream": "oma_bridge.agent",
     "RunTimeoutError": "oma_bridge.errors",
     "SandboxUnavailableError": "oma_bridge.errors",
-    "Score": "oma_bridge.orchestration.evaluation",
     "StreamEvent": "oma_bridge.results",
     "TaskGraphError": "oma_bridge.errors",
     "TaskSpec": "oma_bridge.orchestration.tasks",
-    "TaskStatus": "oma_bridge.orchestration.outcome",
     "Team": "oma_bridge.orchestration.roster",
     "TeamError": "oma_bridge.errors",
     "TeamRunResult": "oma_bridge.orchestration.outcome",
@@ -219,11 +193,8 @@ _HOMES = {
     "TokenUsage": "oma_bridge.results",
     "ToolCallRecord": "oma_bridge.results",
     "ToolDefinition": "oma_bridge.tools",
-    "copy_messages": "oma_bridge.messages",
+    "connect": "oma_bridge.client",
     "is_retryable": "oma_bridge.errors",
-    "redact": "oma_bridge.redaction",
-    "validate_content_blocks": "oma_bridge.messages",
-    "validate_messages": "oma_bridge.messages",
 }
 
 

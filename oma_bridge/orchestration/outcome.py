@@ -15,15 +15,18 @@ from oma_bridge.results import AgentRunResult, RunStatus, TokenUsage
 
 __all__ = [
     "OUTPUT_SEPARATOR",
-    "TaskStatus",
     "TeamRunResult",
     "TeamTask",
+    "TeamTaskStatus",
     "combined_output",
     "problem_sections",
     "tasks_status",
 ]
 
-TaskStatus: TypeAlias = Literal["pending", "running", "completed", "failed", "skipped", "cancelled"]
+#: A team task's status (``TeamTask.status`` on the wire); not anyio's ``TaskStatus``.
+TeamTaskStatus: TypeAlias = Literal[
+    "pending", "running", "completed", "failed", "skipped", "cancelled"
+]
 
 #: Between the outputs of several tasks: the reference's merge separator.
 OUTPUT_SEPARATOR = "\n\n---\n\n"
@@ -45,7 +48,7 @@ class TeamTask:
     assignee: str
     description: str
     depends_on: tuple[str, ...] = ()
-    status: TaskStatus = "pending"
+    status: TeamTaskStatus = "pending"
     result: AgentRunResult | None = None
     reason: str | None = None
     attempts: int = 0

@@ -22,7 +22,7 @@ import anyio
 import anyio.abc
 
 from oma_bridge.agent import Agent
-from oma_bridge.orchestration.outcome import TaskStatus, TeamTask
+from oma_bridge.orchestration.outcome import TeamTask, TeamTaskStatus
 from oma_bridge.orchestration.prompts import task_prompt
 from oma_bridge.orchestration.tasks import PlannedTask
 from oma_bridge.results import AgentRunResult, StatusCode, TokenUsage
@@ -157,7 +157,7 @@ class Scheduler:
         result = await self._attempts(planned, task, prompt)
         task.ended_at = time.time()
         task.result = result
-        status: TaskStatus = "completed" if result.success else "failed"
+        status: TeamTaskStatus = "completed" if result.success else "failed"
         if not result.success and self.control.cancel_requested:
             status = "cancelled"
         # Announced before the task counts as settled, so that a dependent's
