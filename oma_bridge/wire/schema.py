@@ -1,8 +1,7 @@
 """The JSON Schema of every wire message: :func:`protocol_schema`.
 
 The params models that validate what clients send already exist
-(:mod:`oma_bridge.wire.params`, :mod:`oma_bridge.server.agents.service`) and
-are reused as they are.  This module models what the daemon *sends* (results,
+(:mod:`oma_bridge.wire.params`) and are reused as they are.  This module models what the daemon *sends* (results,
 notifications, its own requests, error data) and the answers it accepts to
 its requests, then assembles one JSON Schema 2020-12 document:
 
