@@ -1,9 +1,10 @@
 """The JSON Schema of every wire message: :func:`protocol_schema`.
 
 The params models that validate what clients send already exist
-(:mod:`oma_bridge.wire.params`) and are reused as they are.  This module models what the daemon *sends* (results,
-notifications, its own requests, error data) and the answers it accepts to
-its requests, then assembles one JSON Schema 2020-12 document:
+(:mod:`oma_bridge.wire.params`) and are reused as they are.  This module
+models what the daemon *sends* (results, notifications, its own requests,
+error data) and the answers it accepts to its requests, then assembles one
+JSON Schema 2020-12 document:
 
 * ``$defs``: one definition per shape;
 * ``x-methods``: every method, grouped by method, with its direction and the
