@@ -1,7 +1,9 @@
 """The daemon: WebSocket listeners, request checks, the ``initialize`` gate, config.
 
-Entry point: :func:`serve` (see :mod:`oma_bridge.server.app`).  Wire methods
-plug in through a :class:`MethodRegistry` passed to it.
+The daemon's entry point is :func:`oma_bridge.server.daemon.run_daemon`
+(what ``oma-bridge serve`` runs): the agent service on the listeners of
+:func:`serve` (:mod:`oma_bridge.server.app`), which takes wire methods
+through a :class:`MethodRegistry`.
 """
 
 from oma_bridge.server.app import RunningServer, serve

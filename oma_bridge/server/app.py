@@ -1,4 +1,5 @@
-"""The daemon's entry point: :func:`serve`.
+"""The listeners and their lifecycle: :func:`serve` (the daemon's entry point,
+:func:`~oma_bridge.server.daemon.run_daemon`, runs it with the agent methods).
 
 Start-up, in order: load the TLS pair (``tls_cert``/``tls_key``) and refuse
 a listener beyond this machine without it, read the token (``token_file`` or

@@ -2,9 +2,10 @@
 
 Plain constants and the builders of the daemon's own errors, with no I/O and
 no pydantic, so that the client, the CLI and the ACP shim import this alone
-and start fast.  Every error code of ``docs/protocol.md`` ("Errors") is here
-(JSON-RPC's own come from :mod:`oma_bridge.rpc.codes`, below ``wire/``, where
-the ACP backend takes them too).
+and start fast.  Every error code of ``docs/protocol.md`` ("Errors") is named
+here (JSON-RPC's own in :mod:`oma_bridge.rpc.codes`, below ``wire/``, where
+the ACP backend takes them too); code raises and compares these names, and
+only the tables of :mod:`.schema` and the docs spell the numbers out.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The process backend: one external command per run, text in, stdout out.
 
-:mod:`.supervisor` is the process-tree supervision it stands on, shared
-with the ACP backend.
+:mod:`oma_bridge.supervision` is the process-tree supervision it stands on,
+shared with the ACP backend.
 """
 
 from oma_bridge.backends.process.backend import ProcessBackend, build_prompt

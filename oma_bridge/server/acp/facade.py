@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from oma_bridge._version import __version__
-from oma_bridge.backends import ElicitationRequest, PermissionRequest
+from oma_bridge.backends import ElicitationRequest, PermissionRequest, text_only
 from oma_bridge.backends.acp.turn import update_of_event
 from oma_bridge.errors import InvalidMessageError, OMAError, WireError
 from oma_bridge.redaction import redact
@@ -297,8 +297,8 @@ class _Connection:
             self._closing_hooked = True
             session.on_close(lambda _session: self._detach_all())
         profile = self._profile_or_none(self.profile)
-        kind = profile.kind if profile is not None else None
-        text_only = kind != "llm"
+        # Without a profile (/acp), the session's is chosen later: text only until then.
+        plain_text = profile is None or text_only(profile.kind)
         answer: dict[str, Any] = {
             "protocolVersion": ACP_PROTOCOL_VERSION,
             "agentInfo": {
@@ -312,9 +312,9 @@ class _Connection:
                 "loadSession": True,
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
                 "promptCapabilities": {
-                    "image": not text_only,
+                    "image": not plain_text,
                     "audio": False,
-                    "embeddedContext": not text_only,
+                    "embeddedContext": not plain_text,
                 },
                 "mcpCapabilities": {"http": False, "sse": False},
             },

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oma_bridge.backends import BackendKind, text_only
 from oma_bridge.backends.acp.turn import NOTE_META
 from oma_bridge.errors import RefusedError, WireError
 from oma_bridge.redaction import redact
@@ -53,11 +54,11 @@ def _text_of(block: dict[str, Any], index: int) -> str:
     return text
 
 
-def prompt_input(blocks: object, kind: str, profile: str) -> str | list[dict[str, Any]]:
+def prompt_input(blocks: object, kind: BackendKind, profile: str) -> str | list[dict[str, Any]]:
     """The agent input of a prompt; ``WireError`` -32602 naming the block that cannot go."""
     if not isinstance(blocks, list):
         raise _refuse("prompt must be an array of content blocks")
-    if kind != "llm":
+    if text_only(kind):
         texts = []
         for index, block in enumerate(blocks):
             block_type = block.get("type") if isinstance(block, dict) else None
