@@ -12,7 +12,7 @@ the names stay OMA's.  See ``docs/errors.md``.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal, TypeAlias
 
 __all__ = [
     "AuthRequiredError",
@@ -20,6 +20,7 @@ __all__ = [
     "CallbackError",
     "CostBudgetExceededError",
     "EgressPolicyError",
+    "ErrorKind",
     "InvalidEgressPolicyError",
     "InvalidMessageError",
     "LLMCallTimeoutError",
@@ -37,6 +38,12 @@ __all__ = [
     "UnsupportedToolResultContentError",
     "WireError",
     "is_retryable",
+    "kind_of",
+]
+
+#: What kind of failure ended a run (``errorInfo.kind``): each error class says its own.
+ErrorKind: TypeAlias = Literal[
+    "callback", "backend", "provider", "timeout", "cancelled", "budget", "internal"
 ]
 
 
@@ -48,6 +55,8 @@ class OMAError(Exception):
     wire_name: ClassVar[str | None] = None
     #: Whether a retry of the same call may succeed (see :func:`is_retryable`).
     retryable: ClassVar[bool] = True
+    #: The ``errorInfo.kind`` of a run this error ended (:func:`kind_of`).
+    kind: ClassVar[ErrorKind] = "backend"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -78,6 +87,7 @@ class InvalidMessageError(OMAError):
 
 class TokenBudgetExceededError(OMAError):
     code = "TOKEN_BUDGET_EXCEEDED"
+    kind = "budget"
     retryable = False
 
     def __init__(self, agent: str, used: int, budget: int) -> None:
@@ -90,6 +100,7 @@ class TokenBudgetExceededError(OMAError):
 
 class CostBudgetExceededError(OMAError):
     code = "COST_BUDGET_EXCEEDED"
+    kind = "budget"
     retryable = False
 
     def __init__(self, agent: str, used: float, budget: float) -> None:
@@ -110,12 +121,14 @@ class LLMCallTimeoutError(OMAError):
     """One provider call (or a stalled stream) ran past ``call_timeout_ms``."""
 
     code = "LLM_CALL_TIMEOUT"
+    kind = "timeout"
 
 
 class RunTimeoutError(OMAError):
     """The whole-run timer fired (OMA reports the name ``TimeoutError``)."""
 
     code = "RUN_TIMEOUT"
+    kind = "timeout"
     wire_name = "TimeoutError"
 
     @classmethod
@@ -127,6 +140,7 @@ class RunCancelledError(OMAError):
     """The caller cancelled the run (OMA reports the name ``AbortError``)."""
 
     code = "RUN_CANCELLED"
+    kind = "cancelled"
     wire_name = "AbortError"
     retryable = False
 
@@ -164,6 +178,7 @@ class CallbackError(OMAError):
     """A ``beforeRun`` / ``afterRun`` hook raised, timed out or answered badly."""
 
     code = "CALLBACK_ERROR"
+    kind = "callback"
     retryable = False
 
 
@@ -213,6 +228,7 @@ class ProviderError(OMAError):
     """An LLM provider answered with an error, or its stream broke."""
 
     code = "PROVIDER_ERROR"
+    kind = "provider"
 
     def __init__(
         self, message: str, *, http_status: int | None = None, provider: str | None = None
@@ -273,3 +289,8 @@ def is_retryable(error: BaseException) -> bool:
     if isinstance(error, OMAError):
         return error.retryable
     return True
+
+
+def kind_of(error: BaseException) -> ErrorKind:
+    """The ``errorInfo.kind`` of a run ``error`` ended: its class's, ``internal`` for a bug."""
+    return error.kind if isinstance(error, OMAError) else "internal"

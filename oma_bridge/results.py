@@ -8,9 +8,9 @@ token usage and message blocks).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
-from oma_bridge.errors import OMAError, is_retryable
+from oma_bridge.errors import ErrorKind, OMAError, is_retryable
 
 if TYPE_CHECKING:  # the client reads results without the messages package
     from oma_bridge.messages import LLMMessage
@@ -29,9 +29,6 @@ __all__ = [
 ]
 
 StatusCode: TypeAlias = Literal["ok", "error", "cancelled", "timeout", "budget_exhausted"]
-ErrorKind: TypeAlias = Literal[
-    "callback", "backend", "provider", "timeout", "cancelled", "budget", "internal"
-]
 StreamEventType: TypeAlias = Literal[
     "text",
     "reasoning",
@@ -278,7 +275,7 @@ class AgentRunResult:
         )
 
 
-_STATUS_CODES = frozenset({"ok", "error", "cancelled", "timeout", "budget_exhausted"})
+_STATUS_CODES = frozenset(get_args(StatusCode))
 
 
 def _field(wire: dict[str, Any], key: str, kind: type, default: Any) -> Any:

@@ -23,6 +23,7 @@ from oma_bridge.errors import (
     UnsupportedToolResultContentError,
     WireError,
     is_retryable,
+    kind_of,
 )
 
 
@@ -166,3 +167,26 @@ def test_the_status_decides_before_the_class() -> None:
 
     assert not is_retryable(Rejected())
     assert is_retryable(Throttled("m"))
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (ProviderError("m", http_status=500), "provider"),
+        (LLMCallTimeoutError("m"), "timeout"),
+        (RunTimeoutError("m"), "timeout"),
+        (TokenBudgetExceededError("a", 2, 1), "budget"),
+        (CostBudgetExceededError("a", 2, 1), "budget"),
+        (CallbackError("m"), "callback"),
+        (RunCancelledError(), "cancelled"),
+        (BackendError("m"), "backend"),
+        (AuthRequiredError("m"), "backend"),
+        (InvalidMessageError("m"), "backend"),
+        (WireError(-32000, "m"), "backend"),
+        (ValueError("a bug"), "internal"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else type(value).__name__,
+)
+def test_each_error_class_says_the_kind_of_failure_it_is(error: BaseException, kind: str) -> None:
+    """``errorInfo.kind``: a class attribute of each error, not a chain of isinstance tests."""
+    assert kind_of(error) == kind

@@ -39,14 +39,11 @@ from oma_bridge.backends.acp.services import ClientServices
 from oma_bridge.backends.llm.config import LlmConfig
 from oma_bridge.errors import (
     BackendError,
-    CallbackError,
-    CostBudgetExceededError,
-    LLMCallTimeoutError,
     OMAError,
-    ProviderError,
     RunCancelledError,
     RunTimeoutError,
     TokenBudgetExceededError,
+    kind_of,
 )
 from oma_bridge.messages import (
     AgentPromptInput,
@@ -498,7 +495,7 @@ class Agent:
                 try:
                     outcome = await self._get_backend().run(context)
                 except Exception as error:
-                    failure = (error, _error_kind(error))
+                    failure = (error, kind_of(error))
         if run.scope.cancel_called and outcome is None and failure is None:
             return self._stopped_result(run)
         if failure is not None:
@@ -558,31 +555,13 @@ class Agent:
             result.error_info = ErrorInfo.from_error("cancelled", error)
         elif outcome.error is not None:
             result.status = RunStatus("error", outcome.error.message)
-            result.error_info = ErrorInfo.from_error(_error_kind(outcome.error), outcome.error)
+            result.error_info = ErrorInfo.from_error(kind_of(outcome.error), outcome.error)
         result.success = result.status.code == "ok"
         return result
 
 
 def _new_run_id() -> str:
     return uuid.uuid4().hex
-
-
-def _error_kind(error: BaseException) -> ErrorKind:
-    if isinstance(error, ProviderError):
-        return "provider"
-    if isinstance(error, LLMCallTimeoutError | RunTimeoutError):
-        return "timeout"
-    if isinstance(error, TokenBudgetExceededError | CostBudgetExceededError):
-        return "budget"
-    if isinstance(error, CallbackError):
-        return "callback"
-    if isinstance(error, BackendError):
-        return "backend"
-    if isinstance(error, RunCancelledError):
-        return "cancelled"
-    if isinstance(error, OMAError):
-        return "backend"
-    return "internal"
 
 
 def _failed_result(run_id: str, error: BaseException, kind: ErrorKind) -> AgentRunResult:

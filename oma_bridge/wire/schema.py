@@ -34,6 +34,7 @@ from typing import Any, Literal, NotRequired, TypeAlias
 from pydantic import BaseModel, ConfigDict, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
+from oma_bridge.errors import ErrorKind
 from oma_bridge.messages.types import (
     ImageBlock,
     ReasoningBlock,
@@ -41,6 +42,7 @@ from oma_bridge.messages.types import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from oma_bridge.results import StatusCode
 from oma_bridge.wire.codes import PROTOCOL_VERSION
 from oma_bridge.wire.params import (
     AgentIdParams,
@@ -126,13 +128,13 @@ class ToolCallRecord(TypedDict):
 
 @with_config(_CLOSED)
 class RunStatus(TypedDict):
-    code: Literal["ok", "error", "cancelled", "timeout", "budget_exhausted"]
+    code: StatusCode
     message: NotRequired[str]
 
 
 @with_config(_CLOSED)
 class ErrorInfo(TypedDict):
-    kind: Literal["callback", "backend", "provider", "timeout", "cancelled", "budget", "internal"]
+    kind: ErrorKind
     code: NotRequired[str]
     name: NotRequired[str]
     message: NotRequired[str]
