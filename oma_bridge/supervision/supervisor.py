@@ -43,7 +43,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -56,15 +55,9 @@ import anyio.to_thread
 import psutil
 
 from oma_bridge.observe import report
-from oma_bridge.private_files import (
-    NotPrivateError,
-    check_private,
-    make_private_folder,
-    open_checked,
-    open_private,
-)
 from oma_bridge.supervision import watchdog as _watchdog
 from oma_bridge.supervision.exits import exit_parts
+from oma_bridge.supervision.leftovers import reap_leftovers
 from oma_bridge.supervision.pipes import (
     DEFAULT_STDERR_TAIL_BYTES,
     ChildProtocol,
@@ -74,6 +67,7 @@ from oma_bridge.supervision.pipes import (
 )
 from oma_bridge.supervision.sandbox import BWRAP, Bubblewrap, Sandbox, sandbox_info
 from oma_bridge.supervision.watchdog import TAG_VARIABLE
+from oma_bridge.supervision.watchdog_link import WatchdogLink
 
 __all__ = [
     "DEFAULT_STDERR_TAIL_BYTES",
@@ -96,8 +90,6 @@ logger = logging.getLogger(__name__)
 
 #: How long a tree gets to vanish after the final SIGKILL.
 KILL_WAIT_S = 2.0
-#: Registrations the watchdog has not read yet, kept past this: dropped.
-_MAX_PENDING = 1024 * 1024
 #: After the child exits, how long escaped descendants may hold our pipes open.
 EXIT_LINGER_S = 1.0
 _POLL_S = 0.02
@@ -140,121 +132,6 @@ class LiveProcess(NamedTuple):
     rss_bytes: int
 
 
-class _Watchdog:
-    """Our end of the crash watchdog: start it, feed it ``+pgid`` / ``-pgid``."""
-
-    def __init__(self, owner: str, state_dir: Path | None) -> None:
-        self._owner = owner
-        self._state_dir = state_dir
-        self._process: subprocess.Popen[bytes] | None = None
-        self._fd = -1
-        self._live: set[int] = set()
-        self._pending = b""
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
-
-    def _start(self) -> None:
-        if self._process is not None:  # a dead predecessor: reap it, drop its pipe
-            self._process.poll()
-            with contextlib.suppress(OSError):
-                assert self._process.stdin is not None
-                self._process.stdin.close()
-            self._process = None
-        state = self._create_state_file()
-        arguments = [self._owner, str(state[0]), str(state[1])] if state else [self._owner]
-        try:
-            # -I -S: no site-packages, no user paths; the watchdog needs only the stdlib.
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-S", _watchdog.__file__, *arguments],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                start_new_session=True,
-                pass_fds=(state[1],) if state else (),
-            )
-        except OSError:
-            # Children still carry the tag, and the next spawn tries again.
-            logger.exception("could not start the supervisor watchdog")
-            if state:
-                with contextlib.suppress(OSError):
-                    state[0].unlink()
-            return
-        finally:
-            if state:
-                os.close(state[1])  # the watchdog's now
-        assert process.stdin is not None
-        self._process = process
-        self._fd = process.stdin.fileno()
-        os.set_blocking(self._fd, False)
-        self._pending = b""
-        self._send(b"".join(b"+%d\n" % pgid for pgid in self._live), restart=False)
-
-    def _create_state_file(self) -> tuple[Path, int] | None:
-        """The crash record the watchdog keeps (path, descriptor), or ``None`` without one.
-
-        Created here, 0600 in a private folder, and handed to the watchdog
-        open: the watchdog is a standard-library script, and every file of
-        the daemon's is created through ``private_files``.  A folder that is
-        not private, or a full disk, leaves the watchdog without its record
-        rather than without a watchdog.
-        """
-        if self._state_dir is None:
-            return None
-        path = self._state_dir / f"{self._owner}{_watchdog.STATE_SUFFIX}"
-        try:
-            make_private_folder(self._state_dir)
-            return path, open_private(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
-        except OSError as error:
-            logger.warning("oma-bridge watchdog: no state file: %s", error)
-            return None
-
-    def register(self, pgid: int) -> None:
-        self._live.add(pgid)
-        if self._process is None:
-            self._start()  # registers every live group, this one included
-        else:
-            lines, self._pending = self._pending + b"+%d\n" % pgid, b""
-            self._send(lines)
-
-    def unregister(self, pgid: int) -> None:
-        # Sent with the next registration: one wake-up of the watchdog per run,
-        # not two.  A stale entry is harmless: the watchdog checks the group
-        # leader's start time before it kills anything.
-        self._live.discard(pgid)
-        self._pending += b"-%d\n" % pgid
-
-    def _send(self, lines: bytes, *, restart: bool = True) -> None:
-        """Write ``lines`` (the caller took them out of ``_pending``) without blocking."""
-        if not lines or self._process is None:
-            return
-        try:
-            written = os.write(self._fd, lines)
-        except BlockingIOError:
-            written = 0
-        except OSError:
-            logger.warning("supervisor watchdog died; starting a new one")
-            if restart:
-                self._start()
-            return
-        # The pipe is a byte stream: what did not fit goes first next time.
-        self._pending = lines[written:]
-        if len(self._pending) > _MAX_PENDING:
-            # A watchdog that stopped reading; the tag still lets it find them.
-            logger.warning("supervisor watchdog is not reading; registrations dropped")
-            # Keep the end of a line cut by the write, so the stream stays aligned.
-            self._pending = self._pending[: self._pending.find(b"\n") + 1]
-
-    def close(self) -> None:
-        """Stop the watchdog; it reaps whatever tagged process is left, then exits."""
-        if self._process is None:
-            return
-        assert self._process.stdin is not None
-        self._process.stdin.close()
-        self._process.wait()
-        self._process = None
-
-
 class Supervisor:
     """Spawns supervised children.  One per process: see :func:`default_supervisor`.
 
@@ -280,7 +157,7 @@ class Supervisor:
         hidden = [*hidden_folders, *([state_dir] if state_dir is not None else [])]
         #: How sandboxed children are run (PROTOCOL §19.1).
         self.bubblewrap = Bubblewrap(bwrap, hidden=hidden)
-        self._watchdog = _Watchdog(self.owner, state_dir)
+        self._watchdog = WatchdogLink(self.owner, state_dir)
         self._runs = itertools.count(1)
         self._live: dict[int, SupervisedProcess] = {}
         #: What os.environ held, the hidden set, and the environment built from
@@ -699,61 +576,6 @@ def configure_supervisor(
     if previous is not None and not previous.live():
         previous.close()
     return supervisor
-
-
-def reap_leftovers(state_dir: Path) -> int:
-    """End the children of earlier daemons that died with their watchdog.
-
-    Reads every state file in ``state_dir`` whose watchdog is gone, SIGKILLs
-    the groups it lists whose leader still has the recorded start time and
-    carries that daemon's tag, and every process carrying the tag, and
-    deletes the file.  Returns the number of state files reaped.  Blocking
-    (a ``/proc`` scan): call it at start-up, before serving.
-
-    A record is believed only if nobody else could have written it
-    (docs/security.md): the folder must be the user's and writable by nobody
-    else, the file a regular file of the user's, writable by nobody else,
-    and named after the owner it records.  Anything else is skipped with a
-    warning naming it, and so is a listed group whose leader lives untagged.
-    """
-    if not state_dir.is_dir():
-        return 0
-    try:
-        check_private(state_dir.stat(), state_dir, folder=True, forbidden=_WRITABLE_BY_OTHERS)
-    except NotPrivateError as error:
-        logger.warning("skipped the crash records of a state folder others can write: %s", error)
-        return 0
-    reaped = 0
-    for path in sorted(state_dir.glob("*" + _watchdog.STATE_SUFFIX)):
-        record = _trusted_record(path)
-        if record is None or record.watchdog_alive():
-            continue
-        for pgid in record.reap():
-            logger.warning(
-                "crash record %s: process group %d does not carry its daemon's tag; left alone",
-                path,
-                pgid,
-            )
-        with contextlib.suppress(OSError):
-            path.unlink()
-        reaped += 1
-    return reaped
-
-
-#: What a crash record and its folder must not have: write access for group or others.
-_WRITABLE_BY_OTHERS = 0o022
-
-
-def _trusted_record(path: Path) -> _watchdog.CrashRecord | None:
-    """The record in ``path`` if it can be trusted and read, else ``None`` (and a warning)."""
-    try:
-        fd = open_checked(path, forbidden=_WRITABLE_BY_OTHERS)
-        with os.fdopen(fd, encoding="utf-8", errors="replace") as file:
-            text = file.read()
-        return _watchdog.parse_record(text, path)
-    except (OSError, ValueError) as error:
-        logger.warning("skipped a crash record: %s", error)
-        return None
 
 
 def _audited(labels: Mapping[str, str] | None) -> dict[str, str]:
