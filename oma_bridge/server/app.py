@@ -112,6 +112,7 @@ async def serve(
     drain: Callable[[], Awaitable[None]] | None = None,
     acp: AcpEndpoints | None = None,
     slots: ConnectionSlots | None = None,
+    metrics: Callable[[], str] | None = None,
     task_status: anyio.abc.TaskStatus[RunningServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until stopped; see the module docstring.
@@ -121,7 +122,8 @@ async def serve(
     thread only).  ``drain`` is awaited at the stop once every connection
     is closed, while ``/readyz`` still answers ``stopping`` (the daemon ends
     its agents there).  ``slots`` count the connections against
-    ``max_connections`` (the daemon's own, to show their number).  Start-up failures raise
+    ``max_connections`` (the daemon's own, to show their number).  ``metrics``
+    renders ``GET /metrics`` (PROTOCOL §20.3; without it, 404).  Start-up failures raise
     :class:`~oma_bridge.server.config.ConfigError` (the TLS pair, a remote
     listener without TLS, the token file, a remote profile's files) or
     :class:`~oma_bridge.server.listeners.StartupError`, before readiness.
@@ -139,6 +141,7 @@ async def serve(
         registry.include(methods)
     policy = RequestPolicy(token, settings)
     policy.profiles = lambda: gateway.config.agents
+    policy.metrics = metrics
     slots = slots if slots is not None else ConnectionSlots(settings.max_connections)
     live = LiveConnections()
     options: dict[str, Any] = {

@@ -6,7 +6,9 @@ as things happen: ``{"ts" (RFC 3339 UTC), "event", "agentId", "runId"?,
 first, so no secret reaches the file.  ``[server] audit_log = false`` turns
 it off.  The events and their fields are listed in ``docs/sessions.md``.
 :meth:`AuditLog.tail` reads the newest records back (``daemon/audit``, the
-status page).
+status page).  Each record is also shown to the daemon's metrics recorder
+(``tap``), whether or not the file is on: the permission decisions are counted
+as the log writes them (PROTOCOL §20.3).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,13 +64,19 @@ def decided_by_client(session: Session) -> dict[str, Any]:
 class AuditLog:
     """Appends audit records; a no-op when ``path`` is ``None``."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(
+        self, path: Path | None, tap: Callable[[str, Mapping[str, Any]], None] | None = None
+    ) -> None:
         self.path = path
+        #: Sees every record's event and fields, before the file does (the metrics).
+        self.tap = tap
         self._fd: int | None = None
         self._failed = False
 
     def record(self, event: str, agent_id: str | None, **fields: Any) -> None:
         """Append one record; ``None`` fields are left out."""
+        if self.tap is not None:
+            self.tap(event, fields)
         if self.path is None or self._failed:
             return
         line: dict[str, Any] = {"ts": _now(), "event": event, "agentId": agent_id}

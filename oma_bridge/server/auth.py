@@ -14,6 +14,11 @@ upgrade go on.  The order of the checks, first match wins:
 3. ``GET /ui``, the status page (PROTOCOL §16): on the TCP listener, once
    the ``Host`` check of 5 passed, 200 and the page (public static content:
    no token needed); on the unix socket 404;
+   ``GET /metrics`` (PROTOCOL §20.3): on the TCP listener of a daemon that
+   keeps metrics, once the ``Host`` check of 5 and the ``Origin`` check of 6
+   passed, and the token by ``Authorization: Bearer`` (401 without it, unless
+   ``metrics_public = true``; a Bearer that is presented is always checked),
+   200 and the Prometheus text format; elsewhere 404;
 4. not a WebSocket upgrade (not a GET with ``Upgrade: websocket``) → 404;
 5. TCP only: ``Host`` must be ``127.0.0.1:PORT``, ``localhost:PORT``,
    ``[::1]:PORT``, the listener's own IP address, or a configured name, with
@@ -52,6 +57,7 @@ from websockets.exceptions import InvalidHeader
 from websockets.headers import parse_subprotocol
 
 from oma_bridge.server.config import ServerConfig, ServerSection
+from oma_bridge.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from oma_bridge.server.private_file import open_private_file
 from oma_bridge.server.ui import UI_PATH, page
 from oma_bridge.wire.acp_lines import ACP_LINES_SUBPROTOCOL
@@ -72,6 +78,7 @@ __all__ = [
 MIN_TOKEN_LENGTH = 32
 HEALTHZ_PATH = "/healthz"
 READYZ_PATH = "/readyz"
+METRICS_PATH = "/metrics"
 
 ListenerKind = Literal["unix", "tcp"]
 #: What ``GET /readyz`` says: ``ready`` between start-up and the stop.
@@ -96,6 +103,12 @@ class Answer:
 
 
 HEALTHY = Answer(HTTPStatus.OK, "ok", "health check")
+#: Never cached: each scrape reads the figures of its moment.
+_METRICS_HEADERS = (
+    ("Content-Type", METRICS_CONTENT_TYPE),
+    ("Cache-Control", "no-store"),
+    ("X-Content-Type-Options", "nosniff"),
+)
 _READINESS: dict[Readiness, Answer] = {
     "starting": Answer(HTTPStatus.SERVICE_UNAVAILABLE, "starting", "readiness check"),
     "ready": Answer(HTTPStatus.OK, "ready", "readiness check"),
@@ -185,6 +198,8 @@ class RequestPolicy:
         self.readiness: Readiness = "starting"
         #: The declared profiles, for ``/acp/<profile>`` (404 for another name).
         self.profiles: Callable[[], Collection[str]] | None = None
+        #: ``GET /metrics``: the figures in the Prometheus text format (404 without).
+        self.metrics: Callable[[], str] | None = None
         self._token = token.encode("ascii")
         self._settings = settings
         self._origins = frozenset(settings.allowed_origins)
@@ -221,6 +236,8 @@ class RequestPolicy:
             return Answer.refuse(HTTPStatus.BAD_REQUEST, "token in the query string")
         if method == "GET" and url.path == UI_PATH and not _is_upgrade(headers):
             return self._status_page(headers, listener, port)
+        if method == "GET" and url.path == METRICS_PATH and not _is_upgrade(headers):
+            return self._metrics(headers, listener, port)
         if method != "GET" or not _is_upgrade(headers):
             return Answer.refuse(HTTPStatus.NOT_FOUND, "not a WebSocket upgrade")
         if listener == "tcp" and not self._host_ok(headers, port):
@@ -245,6 +262,24 @@ class RequestPolicy:
             return Answer.refuse(HTTPStatus.FORBIDDEN, "Host not allowed")
         body, extra = page(headers["Host"], tls=self._settings.tls_cert is not None)
         return Answer(HTTPStatus.OK, body, "status page", extra)
+
+    def _metrics(self, headers: Headers, listener: ListenerKind, port: int | None) -> Answer:
+        render = self.metrics
+        if listener != "tcp" or render is None:
+            return Answer.refuse(HTTPStatus.NOT_FOUND, "the metrics are on the TCP listener")
+        if not self._host_ok(headers, port):
+            return Answer.refuse(HTTPStatus.FORBIDDEN, "Host not allowed")
+        origins = headers.get_all("Origin")
+        if len(origins) > 1 or (origins and not self._origin_ok(origins[0], listener, port)):
+            return Answer.refuse(HTTPStatus.FORBIDDEN, "Origin not allowed")
+        presented = _bearer(headers)
+        if isinstance(presented, Answer):
+            return presented
+        if presented is None and not self._settings.metrics_public:
+            return Answer.refuse(HTTPStatus.UNAUTHORIZED, "no token")
+        if presented is not None and not _same(presented, self._token):
+            return Answer.refuse(HTTPStatus.UNAUTHORIZED, "wrong token")
+        return Answer(HTTPStatus.OK, render(), "metrics", _METRICS_HEADERS)
 
     def _origin_ok(self, origin: str, listener: ListenerKind, port: int | None) -> bool:
         """One of ``allowed_origins``, or the TCP listener's own: its status page (§16)."""
@@ -282,14 +317,11 @@ class RequestPolicy:
         ]
         if presented and SUBPROTOCOL not in offered and not (acp and ACP_SUBPROTOCOL in offered):
             return Answer.refuse(HTTPStatus.BAD_REQUEST, "auth subprotocol without oma-bridge.v1")
-        authorization = headers.get_all("Authorization")
-        if len(authorization) > 1:
-            return Answer.refuse(HTTPStatus.UNAUTHORIZED, "several Authorization headers")
-        if authorization:
-            scheme, _, credential = authorization[0].strip().partition(" ")
-            if scheme.lower() != "bearer":
-                return Answer.refuse(HTTPStatus.UNAUTHORIZED, "not a Bearer Authorization")
-            presented.append(credential.strip())
+        bearer = _bearer(headers)
+        if isinstance(bearer, Answer):
+            return bearer
+        if bearer is not None:
+            presented.append(bearer)
         if not presented:
             if listener == "tcp" or self._settings.require_token_on_unix:
                 return Answer.refuse(HTTPStatus.UNAUTHORIZED, "no token")
@@ -298,6 +330,19 @@ class RequestPolicy:
         if not all(_same(candidate, self._token) for candidate in presented):
             return Answer.refuse(HTTPStatus.UNAUTHORIZED, "wrong token")
         return None
+
+
+def _bearer(headers: Headers) -> str | Answer | None:
+    """The credential of the ``Authorization: Bearer`` header, if any; a malformed one: 401."""
+    authorization = headers.get_all("Authorization")
+    if len(authorization) > 1:
+        return Answer.refuse(HTTPStatus.UNAUTHORIZED, "several Authorization headers")
+    if not authorization:
+        return None
+    scheme, _, credential = authorization[0].strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return Answer.refuse(HTTPStatus.UNAUTHORIZED, "not a Bearer Authorization")
+    return credential.strip()
 
 
 def _is_upgrade(headers: Headers) -> bool:

@@ -172,6 +172,8 @@ class ServerSection(_Frozen):
     #: caller's socket is backed up (PROTOCOL §13.1, D19); ``false``: one entry per event.
     join_text: StrictBool = True
     audit_log: StrictBool = True
+    #: ``GET /metrics`` without the token (PROTOCOL §20.3); the Host check still applies.
+    metrics_public: StrictBool = False
     #: Where ``cwd = "client"`` profiles may run: a client's folder must be inside one.
     workspace_roots: tuple[ConfigPath, ...] = Field(default_factory=lambda: (Path.home(),))
     #: The profile of ``GET /acp`` sessions that name none in ``session/new``.

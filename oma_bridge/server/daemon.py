@@ -45,9 +45,10 @@ from oma_bridge.server.config import EMBEDDED_SOURCE, ConfigError, ServerConfig,
 from oma_bridge.server.exhaustion import ConnectionRefuser
 from oma_bridge.server.gateway import Gateway
 from oma_bridge.server.listeners import ConnectionSlots, StartupError
+from oma_bridge.server.metrics import Metrics, Recorder
 from oma_bridge.server.remote_profiles import check_remote_profiles
 from oma_bridge.server.sdnotify import Notifier
-from oma_bridge.supervision.supervisor import configure_supervisor, reap_leftovers
+from oma_bridge.supervision.supervisor import Supervisor, configure_supervisor, reap_leftovers
 
 __all__ = ["GC_THRESHOLDS", "LiveConfig", "default_state_dir", "run_daemon", "tune_gc"]
 
@@ -211,6 +212,34 @@ class _Lifecycle:
             self.live.notifier.stopping()
 
 
+def _read_gauges(metrics: Metrics, service: AgentService, supervisor: Supervisor) -> None:
+    """The gauges of ``GET /metrics`` (PROTOCOL §20.3), read from their owners at each scrape."""
+    runs = service.runs
+    metrics.gauge(
+        "oma_bridge_runs_in_flight",
+        "Runs the daemon holds: running or queued (docs/observability.md).",
+        lambda: len(runs.live),
+    )
+    metrics.gauge(
+        "oma_bridge_runs_queued", "Runs waiting for their agent or a slot.", lambda: runs.queued
+    )
+    metrics.gauge(
+        "oma_bridge_connections",
+        "Connections counted against max_connections.",
+        lambda: service.connections(),
+    )
+    metrics.gauge(
+        "oma_bridge_child_processes",
+        "Processes the daemon started for its agents and has not reaped yet.",
+        lambda: len(supervisor.live()),
+    )
+    metrics.gauge(
+        "oma_bridge_journal_bytes",
+        "Bytes the open agents' journals hold.",
+        lambda: sum(hosted.journal.retained_bytes for hosted in service.host.agents.values()),
+    )
+
+
 def _redact_secrets_of(config: ServerConfig) -> None:
     """Let redaction blank the values of ``config``'s key variables (docs/security.md)."""
     add_secrets(variables=config.redacted_variables(), values=config.redacted_values())
@@ -251,6 +280,7 @@ async def run_daemon(
     handle_signals: bool = False,
     orchestrator: OpenMultiAgent | None = None,
     notifier: Notifier | None = None,
+    metrics: Recorder | None = None,
     task_status: anyio.abc.TaskStatus[RunningServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until stopped (``RunningServer.stop()``, or SIGTERM/SIGINT with ``handle_signals``).
@@ -260,7 +290,10 @@ async def run_daemon(
     ``config_path``, that is the file ``config`` was loaded from, or the
     default search order when it is the embedded default (so a user config
     created since is picked up).  ``notifier`` defaults to systemd's, from the
-    environment (a no-op outside systemd).
+    environment (a no-op outside systemd).  ``metrics`` is the daemon's
+    recorder (PROTOCOL §20.3), a fresh :class:`Metrics` by default; another
+    recorder (``NO_METRICS``, the baseline of ``bench/bench_metrics.py``)
+    records what it will, and the daemon then serves no ``/metrics``.
     """
     if config_path is None and config.source != EMBEDDED_SOURCE:
         config_path = config.source
@@ -277,9 +310,18 @@ async def run_daemon(
         hidden_folders=(config.server.discovery_dir,),
     )
     slots = ConnectionSlots(config.server.max_connections)
+    recorder = Metrics() if metrics is None else metrics
     service = AgentService(
-        config, orchestrator=orchestrator, state_dir=state_dir, connections=slots.__len__
+        config,
+        orchestrator=orchestrator,
+        state_dir=state_dir,
+        connections=slots.__len__,
+        metrics=recorder,
     )
+    render = None
+    if isinstance(recorder, Metrics):
+        _read_gauges(recorder, service, supervisor)
+        render = recorder.render
     live = LiveConfig(config, service, config_path=config_path, notifier=notifier)
     refuser = ConnectionRefuser()  # out of fds: 503 to new connections, not a hang
     refuser.install()
@@ -300,6 +342,7 @@ async def run_daemon(
                         drain=service.aclose,  # while /readyz still says "stopping"
                         acp=AcpFacade(service.host, service.runs, service.turns),
                         slots=slots,
+                        metrics=render,
                         task_status=started,
                     )
                 finally:

@@ -714,6 +714,31 @@ class EvaluationStats(TypedDict):
 
 
 @with_config(_CLOSED)
+class RunStatsMinute(TypedDict):
+    #: Unix time in seconds of the minute's start (a multiple of ``bucketS``).
+    start: int
+    #: Runs that ended in that minute, by ``status.code`` (only codes that occurred).
+    runs: dict[str, int]
+    #: Of them, the runs that started (one cancelled while queued never did), and
+    #: the sum and the longest of their durations, in seconds.
+    durationCount: int
+    durationSumS: float
+    durationMaxS: float
+
+
+@with_config(_CLOSED)
+class RunStats(TypedDict):
+    """The last hour of run ends, per minute: the status page's charts (PROTOCOL §20.3)."""
+
+    bucketS: int
+    #: How many minutes the window holds (60): ``minutes`` lists those with runs.
+    buckets: int
+    #: The daemon's clock, Unix time in seconds.
+    now: float
+    minutes: list[RunStatsMinute]
+
+
+@with_config(_CLOSED)
 class DaemonStatus(TypedDict):
     version: str
     uptimeS: float
@@ -727,6 +752,8 @@ class DaemonStatus(TypedDict):
     evaluation: NotRequired[EvaluationStats]
     #: What each acp profile's agent said at its last ``initialize``, by profile (§22.2).
     capabilities: dict[str, AdvertisedCapabilities]
+    #: Extension: the figures of ``GET /metrics``' runs, per minute (docs/status-page.md).
+    runStats: RunStats
 
 
 @with_config(_OPEN)

@@ -112,6 +112,11 @@ class Journal:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def retained_bytes(self) -> int:
+        """The bytes of the retained entries, as counted against ``max_bytes``."""
+        return self._bytes
+
     def after(self, seq: int) -> list[Entry]:
         """The retained entries with a ``seq`` above ``seq``, in order."""
         if not self._entries or seq >= self.last_seq:

@@ -76,7 +76,9 @@ class OneOffMethods:
         except InvalidMessageError as error:
             raise invalid_message(error) from None
         await require_sandbox(config)
-        run = self.runs.new(run_id, None, "oma/runAgent", session)
+        run = self.runs.new(
+            run_id, None, "oma/runAgent", session, profile=overrides.profile, kind=profile.kind
+        )
 
         progress = progress_sender(session, run_id)
 

@@ -7,6 +7,9 @@ different agents run in parallel up to ``max_concurrent_runs``; past
 cancelled while it waits never reaches its backend, so nothing is spawned.
 A run that asked ``onDisconnect: "continue"`` is served in the task group of
 :meth:`Runs.run`, so that it outlives its request and its connection.
+Every run's end, however it ends, is told once to the daemon's recorder
+(:mod:`oma_bridge.server.metrics`), with its status and, for a run that
+started, its duration.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from oma_bridge.results import AgentRunResult
 from oma_bridge.rpc import INVALID_PARAMS
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.config import ServerSection
+from oma_bridge.server.metrics import NO_METRICS, TEAM_KIND, Recorder
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import INTERNAL_ERROR, OVERLOADED
 
@@ -49,13 +53,17 @@ class LiveRun:
     started_at: float | None = None
     cancel: Callable[[], bool] | None = None
     cancel_requested: bool = False
+    #: The profile and its kind, for the metrics; an agent's run takes its agent's.
+    profile: str = ""
+    kind: str = TEAM_KIND
 
 
 class Runs:
     """Queue, slots and bookkeeping of every run; see the module docstring."""
 
-    def __init__(self, settings: ServerSection) -> None:
+    def __init__(self, settings: ServerSection, recorder: Recorder = NO_METRICS) -> None:
         self.settings = settings
+        self.recorder = recorder
         self.live: dict[str, LiveRun] = {}
         self.finished: OrderedDict[str, AgentRunResult] = OrderedDict()
         self._slots = anyio.CapacityLimiter(settings.max_concurrent_runs)
@@ -73,9 +81,20 @@ class Runs:
             await anyio.sleep_forever()
 
     def new(
-        self, run_id: str | None, agent_id: str | None, method: str, session: Session
+        self,
+        run_id: str | None,
+        agent_id: str | None,
+        method: str,
+        session: Session,
+        *,
+        profile: str = "",
+        kind: str = TEAM_KIND,
     ) -> LiveRun:
-        """A run about to be queued; -32602 for a live id, -32001 past the queue limit."""
+        """A run about to be queued; -32602 for a live id, -32001 past the queue limit.
+
+        ``profile`` and ``kind`` label a run without an agent (``oma/runAgent``'s);
+        the default is a team run's.
+        """
         run_id = run_id or secrets.token_hex(16)
         if run_id in self.live:
             raise WireError(
@@ -85,7 +104,12 @@ class Runs:
             )
         if self._queued >= self.settings.max_queued_runs:
             raise WireError(OVERLOADED, "Overloaded: too many runs queued", {"retryAfterMs": 1000})
-        return LiveRun(run_id, agent_id, method, session)
+        return LiveRun(run_id, agent_id, method, session, profile=profile, kind=kind)
+
+    @property
+    def queued(self) -> int:
+        """Runs waiting for their agent or a slot (they are in :attr:`live` too)."""
+        return self._queued
 
     async def serve(
         self,
@@ -134,6 +158,8 @@ class Runs:
             hosted.queued += 1
         queued = True
         result: AgentRunResult | None = None
+        began: float | None = None
+        raised: BaseException | None = None
         try:
             with run.scope:
                 lock = hosted.lock if hosted is not None else contextlib.nullcontext()
@@ -144,6 +170,7 @@ class Runs:
                         hosted.queued -= 1
                         hosted.running += 1
                     run.started_at = time.time()
+                    began = time.perf_counter()
                     try:
                         result = await execute()
                     finally:
@@ -156,6 +183,9 @@ class Runs:
                 # An agent's run is in its journal, which bounds what it keeps.
                 self._keep(result)
             return result
+        except BaseException as error:
+            raised = error
+            raise
         finally:
             if queued:
                 self._queued -= 1
@@ -164,6 +194,30 @@ class Runs:
             self.live.pop(run.run_id, None)
             if hosted is not None:
                 hosted.mark_idle()
+            self._record(run, hosted, result, began, raised)
+
+    def _record(
+        self,
+        run: LiveRun,
+        hosted: HostedAgent | None,
+        result: AgentRunResult | None,
+        began: float | None,
+        raised: BaseException | None,
+    ) -> None:
+        """Tell the recorder how the run ended (once; it raised: ``error``, or ``cancelled``)."""
+        duration = time.perf_counter() - began if began is not None else None
+        if result is not None:
+            status, usage = result.status.code, result.token_usage
+        else:
+            # Raised out of serve(): the caller's scope was cancelled, or the run failed.
+            cancelled = isinstance(raised, anyio.get_cancelled_exc_class())
+            status = "cancelled" if run.cancel_requested or cancelled else "error"
+            usage = None
+        if hosted is not None:
+            profile, kind = hosted.profile_name, str(hosted.agent.kind)
+        else:
+            profile, kind = run.profile, run.kind
+        self.recorder.run_ended(profile, kind, status, duration, usage)
 
     def session_of(self, run_id: str | None) -> Session | None:
         """The connection that started a live run (it is asked first, as for permissions)."""

@@ -53,6 +53,7 @@ from oma_bridge.server.agents.turnstile import Turnstile
 from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
+from oma_bridge.server.metrics import Metrics, Recorder
 from oma_bridge.server.profiles import agent_profile_infos
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import invalid_message
@@ -87,13 +88,17 @@ class AgentService:
         orchestrator: OpenMultiAgent | None = None,
         state_dir: Path | None = None,
         connections: Callable[[], int] = lambda: 0,
+        metrics: Recorder | None = None,
     ) -> None:
         self.config = config
         self.settings = config.server
         state = state_dir or default_state_dir()
-        self.runs = Runs(self.settings)
+        #: The daemon's recorder (PROTOCOL §20.3): run ends, audit records.
+        self.metrics: Recorder = metrics or Metrics()
+        self.runs = Runs(self.settings, self.metrics)
         self.orchestrator = orchestrator or build_orchestrator(config, state)
-        self.audit = AuditLog(state / AUDIT_NAME if self.settings.audit_log else None)
+        audit_path = state / AUDIT_NAME if self.settings.audit_log else None
+        self.audit = AuditLog(audit_path, tap=self.metrics.audited)
         self.remote = Remote(self.settings, self.audit)
         self.host = AgentHost(
             config,
@@ -266,6 +271,7 @@ class AgentService:
             "processes": await live_processes(),
             "sessions": self.host.store.count(),
             "capabilities": self.profile_capabilities(),
+            "runStats": self.metrics.run_stats(),  # the page's charts (§20.3)
         }
         if self.orchestrator.evaluator is not None:
             status["evaluation"] = self.orchestrator.evaluator.stats.to_wire()
