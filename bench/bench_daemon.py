@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,12 +129,17 @@ class Daemon:
 
 @asynccontextmanager
 async def daemon(
-    profile_dir: Path | None = None, tag: str = "", server: str = "", agents: str = ""
+    profile_dir: Path | None = None,
+    tag: str = "",
+    server: str = "",
+    agents: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Daemon]:
     """``oma-bridge serve`` in a subprocess, ready; SIGTERM on exit.
 
     ``server``: more ``[server]`` keys (``{folder}`` stands for the daemon's
-    folder); ``agents``: more profiles, appended to :data:`CONFIG`'s.
+    folder); ``agents``: more profiles, appended to :data:`CONFIG`'s; ``env``: the
+    daemon's environment (default: ours).
     """
     with tempfile.TemporaryDirectory(prefix="omab-bench-", dir="/tmp") as name:
         folder = Path(name)
@@ -145,9 +150,12 @@ async def daemon(
         if profile_dir is not None:
             out = profile_dir / f"daemon{tag}.prof"
             command = [PY, "-m", "cProfile", "-o", str(out), *command[1:]]
-        env = {**os.environ, "XDG_STATE_HOME": str(folder / "state")}
+        variables = {
+            **(os.environ if env is None else env),
+            "XDG_STATE_HOME": str(folder / "state"),
+        }
         # Popen, not anyio.open_process: the daemon must not share our event loop's child watcher.
-        process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)  # noqa: ASYNC220
+        process = subprocess.Popen(command, env=variables, stderr=subprocess.DEVNULL)  # noqa: ASYNC220
         try:
             discovery = folder / "bridge.json"
             with anyio.fail_after(20):

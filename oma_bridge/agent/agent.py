@@ -20,6 +20,7 @@ from oma_bridge.agent.input import (
     text_only_kind,
 )
 from oma_bridge.agent.stream import STREAM_BUFFER, HookFailed, LiveStreams, RunStream
+from oma_bridge.agent.traced import start as start_trace
 from oma_bridge.backends import (
     Advertising,
     Backend,
@@ -144,6 +145,8 @@ class Agent:
         self._streams = LiveStreams()
         self._prompt_lock = anyio.Lock()
         self._closed = False
+        #: Attributes every run's ``invoke_agent`` span carries (the daemon's agentId, profile).
+        self.trace_attributes: dict[str, Any] = {}
 
     # -- identity ----------------------------------------------------------
 
@@ -435,10 +438,12 @@ class Agent:
                 run.partial.append(event.data)
             await emit(event)
 
+        traced, meta = start_trace(self, run.run_id, meta, messages)  # None: tracing off
+        sink = record if traced is None else traced.emit(record)
+        handler = permission_handler or self.permission_handler
+        result: AgentRunResult | None = None
         try:
-            result = await self._run_guarded(
-                run, messages, record, budget, permission_handler or self.permission_handler, meta
-            )
+            result = await self._run_guarded(run, messages, sink, budget, handler, meta)
         except BaseException:
             # Ended from outside with no result (a stream left early, the
             # caller's own scope): the agent is not running it any more.
@@ -448,6 +453,8 @@ class Agent:
         finally:
             del self._runs[run.run_id]
             run.ended.set()
+            if traced is not None:
+                traced.end(result)  # None: ended from outside
         self._state.status = "completed" if result.success else "error"
         self._state.messages = copy_messages(result.messages)
         self._state.token_usage = TokenUsage(**result.token_usage.to_wire())

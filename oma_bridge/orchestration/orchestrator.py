@@ -20,6 +20,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from oma_bridge import telemetry
 from oma_bridge.agent import Agent, AgentConfig, PreparedInput
 from oma_bridge.agent.input import text_only_kind
 from oma_bridge.backends import PermissionHandler
@@ -33,7 +34,12 @@ from oma_bridge.orchestration.roster import Roster, Team
 from oma_bridge.orchestration.scheduler import RunControl
 from oma_bridge.orchestration.tasks import TaskSpec
 from oma_bridge.orchestration.teams import DEFAULT_MAX_CONCURRENCY, run_tasks, run_team
-from oma_bridge.orchestration.tracing import RunTracer, TraceCallback, call_quietly, otel_tracer
+from oma_bridge.orchestration.tracing import (
+    RunTracer,
+    TraceCallback,
+    call_quietly,
+    open_run_trace,
+)
 from oma_bridge.results import (
     AgentRunResult,
     ErrorInfo,
@@ -60,8 +66,9 @@ class OpenMultiAgent:
 
     ``max_cost_budget`` needs ``estimate_cost``.  ``evaluation`` takes an
     :class:`EvaluationConfig` (an evaluator is made for it) or a ready
-    :class:`OnlineEvaluator`.  ``opentelemetry=True`` also exports spans
-    through ``opentelemetry-api`` (the ``otel`` extra).
+    :class:`OnlineEvaluator`.  ``opentelemetry=True`` turns OpenTelemetry
+    tracing on for the process (:func:`oma_bridge.telemetry.configure`; the
+    ``otel`` extra), as the ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable does.
     """
 
     def __init__(
@@ -89,7 +96,8 @@ class OpenMultiAgent:
         self.evaluator = (
             OnlineEvaluator(evaluation) if isinstance(evaluation, EvaluationConfig) else evaluation
         )
-        self._otel_tracer = otel_tracer() if opentelemetry else None
+        if opentelemetry:
+            telemetry.configure(enabled=True)  # RuntimeError without the extra
         self._live: dict[str, Agent] = {}
         self._teams: dict[str, RunControl] = {}
 
@@ -116,6 +124,7 @@ class OpenMultiAgent:
         metadata: Mapping[str, Any] | None = None,
         permission_handler: PermissionHandler | None = None,
         on_progress: ProgressCallback | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> AgentRunResult:
         """Run a fresh agent once.  Raises only for invalid input.
 
@@ -123,7 +132,9 @@ class OpenMultiAgent:
         against ``config``): the daemon refuses bad input before it queues the
         run, and it is not prepared again here.  ``on_progress`` here adds a
         per-call listener (the daemon sends those events to the calling
-        connection) next to the orchestrator's own.
+        connection) next to the orchestrator's own.  ``meta`` is the request's
+        ``_meta``: its W3C trace context is the parent of the run's span, and
+        an ACP agent gets it on its ``session/prompt``.
         """
         agent = Agent(self.effective_config(config), permission_handler=permission_handler)
         # Step 1: raises before anything is seen.
@@ -156,6 +167,7 @@ class OpenMultiAgent:
                 progress=agent_progress,
                 max_token_budget=self.max_token_budget,
                 close=True,
+                meta=meta,
             )
         finally:
             self._live.pop(run_id, None)
@@ -191,6 +203,7 @@ class OpenMultiAgent:
         task_id: str | None = None,
         stopped: Callable[[], bool] | None = None,
         close: bool = False,
+        meta: Mapping[str, Any] | None = None,
     ) -> tuple[AgentRunResult, float | None]:
         """One run of prepared input with ``agent_start``, the trace, budgets, ``agent_complete``.
 
@@ -202,34 +215,38 @@ class OpenMultiAgent:
         and its estimated cost (``None`` without an estimator).
         """
         await progress("agent_start", start_data)
-        tracer = RunTracer(
-            identity,
-            agent.name,
-            llm=agent.kind == "llm",
-            on_trace=self.on_trace,
-            otel_tracer=self._otel_tracer,
-        )
+        span, identity = open_run_trace(agent, identity, run_id, meta)  # None: tracing off
+        tracer = RunTracer(identity, agent.name, llm=agent.kind == "llm", on_trace=self.on_trace)
         try:
-            if stopped is not None and stopped():
-                result = AgentRunResult.failed(run_id, RunCancelledError(), "cancelled")
-            else:
-                result = await agent.run(
-                    run_input,
-                    run_id=run_id,
-                    on_event=tracer.observe,
-                    max_token_budget=max_token_budget,
+            try:
+                if stopped is not None and stopped():
+                    result = AgentRunResult.failed(run_id, RunCancelledError(), "cancelled")
+                else:
+                    with telemetry.adopted(span):  # Agent.run's span is this one
+                        result = await agent.run(
+                            run_input,
+                            run_id=run_id,
+                            on_event=tracer.observe,
+                            max_token_budget=max_token_budget,
+                            meta=meta,
+                        )
+            finally:
+                if close:
+                    await agent.close()
+            result.identity = identity
+            if result.budget_exceeded and result.error_info is not None:
+                info = result.error_info
+                await progress(
+                    "budget_exceeded",
+                    {"name": info.name, "code": info.code, "message": info.message},
                 )
+            cost = await self._apply_cost_cap(agent, result, progress, phase=phase, task_id=task_id)
+            await tracer.finish(result)
+            if span is not None:
+                span.finish(result)
         finally:
-            if close:
-                await agent.close()
-        result.identity = identity
-        if result.budget_exceeded and result.error_info is not None:
-            info = result.error_info
-            await progress(
-                "budget_exceeded", {"name": info.name, "code": info.code, "message": info.message}
-            )
-        cost = await self._apply_cost_cap(agent, result, progress, phase=phase, task_id=task_id)
-        await tracer.finish(result)
+            if span is not None:
+                span.end()
         await progress("agent_complete", result)
         return result, cost
 
@@ -277,6 +294,7 @@ class OpenMultiAgent:
         max_token_budget: int | None = None,
         on_progress: ProgressCallback | None = None,
         permission_handler: PermissionHandler | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> TeamRunResult:
         """Run a DAG of tasks on a team's members (docs/teams.md).
 
@@ -303,6 +321,8 @@ class OpenMultiAgent:
         ceiling, and the first crossing skips what has not started.
         ``cancel(run_id)`` cancels the running tasks and skips the rest;
         the result then says ``cancelled``.  Failures come back in the result.
+        ``meta``: the request's ``_meta``, whose W3C trace context is the parent
+        of the run's ``invoke_workflow`` span (tracing on).
         """
         return await run_tasks(
             self,
@@ -313,6 +333,7 @@ class OpenMultiAgent:
             max_token_budget=max_token_budget,
             on_progress=on_progress,
             permission_handler=permission_handler,
+            meta=meta,
         )
 
     async def run_team(
@@ -325,6 +346,7 @@ class OpenMultiAgent:
         max_token_budget: int | None = None,
         on_progress: ProgressCallback | None = None,
         permission_handler: PermissionHandler | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> TeamRunResult:
         """Plan ``goal`` with the team's coordinator, run the plan, synthesise the answer.
 
@@ -346,6 +368,7 @@ class OpenMultiAgent:
             max_token_budget=max_token_budget,
             on_progress=on_progress,
             permission_handler=permission_handler,
+            meta=meta,
         )
 
     @contextlib.contextmanager

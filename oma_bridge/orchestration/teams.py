@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -50,7 +50,11 @@ from oma_bridge.orchestration.roster import (
 )
 from oma_bridge.orchestration.scheduler import RunControl, Scheduler
 from oma_bridge.orchestration.tasks import PlannedTask, TaskSpec, check_goal_text, plan_tasks
+from oma_bridge.orchestration.tracing import workflow_span
 from oma_bridge.results import AgentRunResult, RunIdentity, RunStatus, TokenUsage
+
+if TYPE_CHECKING:
+    from oma_bridge.telemetry.spans import WorkflowSpan
 
 __all__ = ["DEFAULT_MAX_CONCURRENCY", "run_tasks", "run_team"]
 
@@ -67,15 +71,20 @@ async def run_tasks(
     max_token_budget: int | None = None,
     on_progress: ProgressCallback | None = None,
     permission_handler: PermissionHandler | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> TeamRunResult:
     """See :meth:`OpenMultiAgent.run_tasks`."""
     members = members_of(team.agents if isinstance(team, Team) else team)
     _check_concurrency(max_concurrency)
     planned = plan_tasks(tasks, members)
-    async with _TeamRun.open(
-        oma, members, run_id, max_token_budget, on_progress, permission_handler
-    ) as run:
-        return await run.tasks_result(planned, max_concurrency)
+    run_id = run_id or secrets.token_hex(16)
+    with workflow_span("runTasks", run_id, meta) as workflow:
+        async with _TeamRun.open(
+            oma, members, run_id, max_token_budget, on_progress, permission_handler
+        ) as run:
+            run.traced_by(workflow)
+            result = await run.tasks_result(planned, max_concurrency)
+            return run.traced_result(workflow, result)
 
 
 async def run_team(
@@ -88,6 +97,7 @@ async def run_team(
     max_token_budget: int | None = None,
     on_progress: ProgressCallback | None = None,
     permission_handler: PermissionHandler | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> TeamRunResult:
     """See :meth:`OpenMultiAgent.run_team`."""
     if not isinstance(team, Team):
@@ -97,15 +107,19 @@ async def run_team(
         raise TeamError("a team needs at least one member")
     _check_concurrency(max_concurrency)
     check_goal_text(goal)
-    async with _TeamRun.open(
-        oma, members, run_id, max_token_budget, on_progress, permission_handler
-    ) as run:
-        coordinator = run.adopt(
-            coordinator_agent(
-                oma.effective_config, team.coordinator, run.agents, permission_handler
+    run_id = run_id or secrets.token_hex(16)
+    with workflow_span("runTeam", run_id, meta) as workflow:
+        async with _TeamRun.open(
+            oma, members, run_id, max_token_budget, on_progress, permission_handler
+        ) as run:
+            run.traced_by(workflow)
+            coordinator = run.adopt(
+                coordinator_agent(
+                    oma.effective_config, team.coordinator, run.agents, permission_handler
+                )
             )
-        )
-        return await run.team_result(coordinator, goal, max_concurrency)
+            result = await run.team_result(coordinator, goal, max_concurrency)
+            return run.traced_result(workflow, result)
 
 
 def _check_concurrency(limit: object) -> None:
@@ -177,6 +191,17 @@ class _TeamRun:
             with anyio.CancelScope(shield=True):
                 for agent in run._owned:
                     await agent.close()
+
+    def traced_by(self, workflow: WorkflowSpan | None) -> None:
+        """The run's trace is its ``invoke_workflow`` span's (tracing on)."""
+        if workflow is not None:
+            self.trace_id = workflow.trace_id
+
+    @staticmethod
+    def traced_result(workflow: WorkflowSpan | None, result: TeamRunResult) -> TeamRunResult:
+        if workflow is not None:
+            workflow.finish(result.success, result.status.code)
+        return result
 
     def adopt(self, agent: Agent) -> Agent:
         """Close ``agent`` with the run's own agents."""

@@ -1,23 +1,40 @@
-"""Trace spans of a run, derived from its stream events, optionally exported to OpenTelemetry.
+"""Trace spans of a run for ``on_trace``, derived from its stream events; the OTel glue.
 
 ``agent`` is the root span of a run; ``llm_call`` and ``tool_call`` spans
 hang under it (see :class:`RunTracer`).  Each closed span goes to the
-``on_trace`` observer, and, with ``opentelemetry=True``, to the tracer of
-``opentelemetry-api`` (the ``otel`` extra).
+``on_trace`` observer.  With OpenTelemetry tracing on (:mod:`oma_bridge.telemetry`)
+the run's ``invoke_agent`` span is opened here (:func:`open_run_trace`) and
+``Agent.run`` adopts it, so that the ``traceId`` and root ``spanId`` of the
+records are those of the exported spans: one trace, seen by two observers.
+Team methods open one ``invoke_workflow`` span above their runs
+(:func:`workflow_span`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+from oma_bridge import telemetry
 from oma_bridge.callbacks import invoke
 from oma_bridge.results import AgentRunResult, RunIdentity, StreamEvent
 
-__all__ = ["RunTracer", "Span", "TraceCallback", "call_quietly", "otel_tracer"]
+if TYPE_CHECKING:
+    from oma_bridge.agent import Agent
+    from oma_bridge.telemetry.spans import RunTrace, WorkflowSpan
+
+__all__ = [
+    "RunTracer",
+    "Span",
+    "TraceCallback",
+    "call_quietly",
+    "open_run_trace",
+    "workflow_span",
+]
 
 logger = logging.getLogger("oma_bridge.orchestration.orchestrator")
 
@@ -34,18 +51,15 @@ async def call_quietly(callback: Callable[[Any], Any], value: Any, what: str) ->
 
 
 class Span:
-    __slots__ = ("attributes", "kind", "name", "otel", "parent_id", "span_id", "start")
+    __slots__ = ("attributes", "kind", "name", "parent_id", "span_id", "start")
 
-    def __init__(
-        self, kind: str, name: str, span_id: str, parent_id: str | None, otel: Any = None
-    ) -> None:
+    def __init__(self, kind: str, name: str, span_id: str, parent_id: str | None) -> None:
         self.kind = kind
         self.name = name
         self.span_id = span_id
         self.parent_id = parent_id
         self.start = time.time()
         self.attributes: dict[str, Any] = {}
-        self.otel = otel
 
 
 class RunTracer:
@@ -65,13 +79,11 @@ class RunTracer:
         *,
         llm: bool,
         on_trace: TraceCallback | None,
-        otel_tracer: Any = None,
     ) -> None:
         self.identity = identity
         self.agent_name = agent_name
         self.llm = llm
         self.on_trace = on_trace
-        self.otel_tracer = otel_tracer
         self.finished: list[dict[str, Any]] = []
         self.root = self._open("agent", agent_name, span_id=identity.root_span_id, parent=None)
         self.llm_span: Span | None = None
@@ -81,12 +93,7 @@ class RunTracer:
             self._open_llm_call()
 
     def _open(self, kind: str, name: str, *, span_id: str | None, parent: Span | None) -> Span:
-        otel = None
-        if self.otel_tracer is not None:
-            otel = start_otel_span(self.otel_tracer, kind, name, parent)
-        return Span(
-            kind, name, span_id or secrets.token_hex(8), parent.span_id if parent else None, otel
-        )
+        return Span(kind, name, span_id or secrets.token_hex(8), parent.span_id if parent else None)
 
     def _open_llm_call(self) -> None:
         self.turns += 1
@@ -142,28 +149,45 @@ class RunTracer:
             "attributes": dict(span.attributes),
         }
         self.finished.append(record)
-        if span.otel is not None:
-            for key, value in span.attributes.items():
-                if value is not None:
-                    span.otel.set_attribute(f"oma.{key}", value)
-            span.otel.end(end_time=int(end * 1e9))
         if self.on_trace is not None:
             await call_quietly(self.on_trace, record, "on_trace")
 
 
-def start_otel_span(tracer: Any, kind: str, name: str, parent: Span | None) -> Any:
-    from opentelemetry import trace  # the optional extra; checked at construction
+def open_run_trace(
+    agent: Agent, identity: RunIdentity, run_id: str, meta: Mapping[str, Any] | None
+) -> tuple[RunTrace | None, RunIdentity]:
+    """The run's ``invoke_agent`` span (``None``: tracing off) and the identity that names it."""
+    trace = telemetry.open_run(
+        agent.name,
+        run_id=run_id,
+        kind=agent.kind,
+        attributes=agent.trace_attributes,
+        meta=meta,
+    )
+    if trace is None:
+        return None, identity
+    return trace, RunIdentity(identity.run_id, identity.attempt, trace.trace_id, trace.span_id)
 
-    context = trace.set_span_in_context(parent.otel) if parent and parent.otel else None
-    return tracer.start_span(f"oma.{kind} {name}", context=context)
 
+@contextlib.contextmanager
+def workflow_span(
+    name: str, run_id: str, meta: Mapping[str, Any] | None
+) -> Iterator[WorkflowSpan | None]:
+    """An ``invoke_workflow {name}`` span, current within the block (``None``: tracing off).
 
-def otel_tracer() -> Any:
+    The block's runs (and the tasks their task groups start, which copy the
+    context) are its children.  Left by an exception, the span says so.
+    """
+    span = telemetry.open_workflow(name, run_id=run_id, meta=meta)
+    if span is None:
+        yield None
+        return
+    span.enter()
     try:
-        from opentelemetry import trace
-    except ImportError as error:
-        raise RuntimeError(
-            "opentelemetry=True needs the opentelemetry-api package "
-            "(pip install 'oma-bridge[otel]')"
-        ) from error
-    return trace.get_tracer("oma_bridge")
+        yield span
+    except BaseException as error:
+        span.finish(False, type(error).__name__)
+        raise
+    finally:
+        span.exit()
+        span.end()

@@ -174,6 +174,11 @@ class ServerSection(_Frozen):
     audit_log: StrictBool = True
     #: ``GET /metrics`` without the token (PROTOCOL §20.3); the Host check still applies.
     metrics_public: StrictBool = False
+    #: OpenTelemetry traces (PROTOCOL §20.1) even without an ``OTEL_EXPORTER_OTLP_*``
+    #: variable (to the exporter's default endpoint); the variables alone turn them on too.
+    otel: StrictBool = False
+    #: Prompt, output and tool text on the spans (off: names, ids, counts only).
+    otel_content: StrictBool = False
     #: Where ``cwd = "client"`` profiles may run: a client's folder must be inside one.
     workspace_roots: tuple[ConfigPath, ...] = Field(default_factory=lambda: (Path.home(),))
     #: The profile of ``GET /acp`` sessions that name none in ``session/new``.

@@ -33,6 +33,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from oma_bridge import telemetry
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.private_files import NotPrivateError, make_private_folder, open_private
@@ -240,6 +241,14 @@ def _read_gauges(metrics: Metrics, service: AgentService, supervisor: Supervisor
     )
 
 
+def _configure_tracing(config: ServerConfig) -> None:
+    """``[server] otel`` and ``otel_content`` (docs/observability.md); refused without the extra."""
+    try:
+        telemetry.configure(enabled=config.server.otel, content=config.server.otel_content)
+    except RuntimeError as error:
+        raise StartupError(f"[server] otel = true: {error}") from None
+
+
 def _redact_secrets_of(config: ServerConfig) -> None:
     """Let redaction blank the values of ``config``'s key variables (docs/security.md)."""
     add_secrets(variables=config.redacted_variables(), values=config.redacted_values())
@@ -303,6 +312,7 @@ async def run_daemon(
     reaped = reap_leftovers(state_dir)
     if reaped:
         logger.warning("reaped the processes of %d earlier daemon(s) that died", reaped)
+    _configure_tracing(config)
     supervisor = configure_supervisor(
         state_dir=state_dir,
         hidden_variables=config.secret_variables(),
@@ -352,6 +362,7 @@ async def run_daemon(
                         await service.aclose()
                     # Every child is gone: the crash watchdog can go too.
                     await anyio.to_thread.run_sync(supervisor.close)
+                    await anyio.to_thread.run_sync(telemetry.flush)  # the last runs' spans
                     tg.cancel_scope.cancel()
     finally:
         refuser.uninstall()

@@ -68,6 +68,7 @@ from oma_bridge.supervision.pipes import (
 from oma_bridge.supervision.sandbox import BWRAP, Bubblewrap, Sandbox, sandbox_info
 from oma_bridge.supervision.watchdog import TAG_VARIABLE
 from oma_bridge.supervision.watchdog_link import WatchdogLink
+from oma_bridge.telemetry import child_environment
 
 __all__ = [
     "DEFAULT_STDERR_TAIL_BYTES",
@@ -211,6 +212,11 @@ class Supervisor:
         once with the cache, so only the overlay and the tag are per spawn.
         """
         env = self._inherited_environment().encoded.copy()
+        # The current run's span as TRACEPARENT/TRACESTATE (PROTOCOL §20.2; empty when
+        # tracing is off), under the profile's own variables, which win.
+        for key, value in child_environment().items():
+            if (not overlay or key not in overlay) and key not in self.hidden_variables:
+                env[os.fsencode(key)] = os.fsencode(value)
         if overlay:
             for key, value in overlay.items():
                 env[os.fsencode(key)] = os.fsencode(value)

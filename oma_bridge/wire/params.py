@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -18,6 +19,7 @@ from pydantic import (
 from oma_bridge.wire.codes import invalid_params
 
 __all__ = [
+    "RESERVED_META",
     "AgentIdParams",
     "AgentOverrides",
     "AuditParams",
@@ -104,11 +106,36 @@ class RunAgentConfig(AgentOverrides):
     profile: StrictStr
 
 
+#: The prefix of the ``_meta`` keys only this daemon sets (docs/decisions.md, D22).
+RESERVED_META = "oma-bridge/"
+
+
+def _client_keys(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A client's ``_meta`` as the run keeps it: every key but the daemon's reserved ones."""
+    if meta is None:
+        return None
+    return {key: value for key, value in meta.items() if not key.startswith(RESERVED_META)}
+
+
+#: A request's ``_meta`` (PROTOCOL §20.2): ``traceparent``, ``tracestate`` and
+#: ``baggage`` (W3C trace context) are read; the other keys are kept for the run (an
+#: ACP agent gets them on its ``session/prompt``, as on the facade), but the reserved ones.
+Meta = Annotated[dict[str, Any] | None, AfterValidator(_client_keys)]
+META = Field(
+    default=None,
+    alias="_meta",
+    description="Request metadata: traceparent, tracestate, baggage (W3C trace context) "
+    "make the run's span their child; other keys are kept for the run (an ACP agent gets "
+    "them on its session/prompt), but oma-bridge/ ones, which are dropped.",
+)
+
+
 class RunParams(WireParams):
     agentId: StrictStr
     input: StrictStr | list[Any]
     runId: StrictStr | None = Field(default=None, min_length=1)
     onDisconnect: OnDisconnect = "cancel"
+    meta: Meta = META
 
 
 class RunAgentParams(WireParams):
@@ -117,6 +144,7 @@ class RunAgentParams(WireParams):
     runId: StrictStr | None = Field(default=None, min_length=1)
     metadata: dict[str, Any] | None = None
     onDisconnect: OnDisconnect = "cancel"
+    meta: Meta = META
 
 
 class TaskParams(WireParams):
@@ -148,6 +176,7 @@ class RunTasksParams(WireParams):
     runId: StrictStr | None = Field(default=None, min_length=1)
     metadata: dict[str, Any] | None = None
     onDisconnect: OnDisconnect = "cancel"
+    meta: Meta = META
 
 
 class TeamParams(WireParams):
@@ -162,6 +191,7 @@ class RunTeamParams(WireParams):
     goal: StrictStr
     runId: StrictStr | None = Field(default=None, min_length=1)
     onDisconnect: OnDisconnect = "cancel"
+    meta: Meta = META
 
 
 class AgentIdParams(WireParams):

@@ -171,26 +171,6 @@ async def test_trace_spans_nest_under_the_agent_span() -> None:
     assert len({s["spanId"] for s in spans}) == len(spans)
 
 
-async def test_opentelemetry_export() -> None:
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    oma = OpenMultiAgent(opentelemetry=True)
-    await oma.run_agent(llm_config(tool_events=True), "one")
-    spans = exporter.get_finished_spans()
-    root = next(s for s in spans if s.name.startswith("oma.agent"))
-    children = [s for s in spans if s is not root]
-    assert children and all(
-        s.parent is not None and s.parent.span_id == root.context.span_id for s in children
-    )
-
-
 async def test_cancel_a_live_run_agent_call() -> None:
     import anyio
 

@@ -1,7 +1,9 @@
 // A real ACP agent on the official TypeScript SDK (@agentclientprotocol/sdk 2.4.0).
 // Scenarios by the first word of the prompt's last paragraph: "echo ...", "tools", "slow",
 // "peek PATH" (says peek:ok:<text> or peek:<error code>: what the agent itself can read),
-// "terminal SHELL-COMMAND" (runs it with terminal/create, says its exit code and output).
+// "terminal SHELL-COMMAND" (runs it with terminal/create, says its exit code and output),
+// "meta" (says meta:<the session/prompt's _meta as JSON>), "toolcall" (two tool calls:
+// "Read notes" completed, "Run tests" failed).
 // The SDK is resolved from OMA_ACP_TS_SDK_DIR (a folder holding node_modules).
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -70,6 +72,32 @@ const app = acp
       const { output } = await client.request("terminal/output", { sessionId: sid, terminalId });
       await client.request("terminal/release", { sessionId: sid, terminalId });
       await say(client, sid, `exit:${exit.exitCode}\n${output}`);
+      return { stopReason: "end_turn" };
+    }
+    if (word === "meta") {
+      await say(client, sid, `meta:${JSON.stringify(params._meta ?? null)}`);
+      return { stopReason: "end_turn" };
+    }
+    if (word === "toolcall") {
+      const update = (u) => client.notify("session/update", { sessionId: sid, update: u });
+      await update({
+        sessionUpdate: "tool_call",
+        toolCallId: "tc-read",
+        title: "Read notes",
+        kind: "read",
+        status: "pending",
+        rawInput: { path: "secret notes" },
+      });
+      await update({ sessionUpdate: "tool_call_update", toolCallId: "tc-read", status: "completed" });
+      await update({
+        sessionUpdate: "tool_call",
+        toolCallId: "tc-test",
+        title: "Run tests",
+        kind: "execute",
+        status: "in_progress",
+      });
+      await update({ sessionUpdate: "tool_call_update", toolCallId: "tc-test", status: "failed" });
+      await say(client, sid, "tools done");
       return { stopReason: "end_turn" };
     }
     if (word === "slow") {

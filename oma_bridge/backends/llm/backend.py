@@ -29,6 +29,7 @@ from oma_bridge.backends.llm.types import (
 from oma_bridge.errors import TokenBudgetExceededError
 from oma_bridge.messages import LLMMessage
 from oma_bridge.results import StreamEvent
+from oma_bridge.telemetry import chat as chat_span
 from oma_bridge.tools import ToolDefinition
 
 __all__ = ["LLMBackend"]
@@ -84,6 +85,23 @@ class LLMBackend:
         return outcome
 
     async def _turn(self, ctx: RunContext, conversation: list[LLMMessage]) -> ChatResponse:
+        span = chat_span(self.adapter.provider, self.model)  # None when tracing is off
+        if span is None:
+            return await self._stream_turn(ctx, conversation)
+        try:
+            response = await self._stream_turn(ctx, conversation)
+        except BaseException as error:
+            span.end(error=error)
+            raise
+        usage = response.usage
+        span.end(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            finish_reason=response.stop_reason,
+        )
+        return response
+
+    async def _stream_turn(self, ctx: RunContext, conversation: list[LLMMessage]) -> ChatResponse:
         request = ChatRequest(
             model=self.model,
             messages=conversation,

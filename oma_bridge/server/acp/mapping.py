@@ -20,13 +20,12 @@ from oma_bridge.backends.acp.turn import NOTE_META
 from oma_bridge.errors import RefusedError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.rpc.codes import INTERNAL_ERROR, INVALID_PARAMS
+from oma_bridge.wire.params import RESERVED_META
 
 __all__ = ["NOTE_META", "RESERVED_META", "client_meta", "prompt_input", "stop_reason", "updates_of"]
 
 _REFUSED = {"name": "InvalidMessageError", "code": "INVALID_MESSAGE"}
 REFUSED_CODE = RefusedError.code
-#: The prefix of the ``_meta`` keys only this daemon sets (docs/decisions.md, D22).
-RESERVED_META = "oma-bridge/"
 
 
 def client_meta(raw: object) -> dict[str, Any] | None:

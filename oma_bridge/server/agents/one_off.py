@@ -90,6 +90,7 @@ class OneOffMethods:
                 metadata=request.metadata,
                 permission_handler=self.remote.permission_handler(session, None),
                 on_progress=progress,
+                meta=request.meta,
             )
 
         run.cancel = lambda: self.orchestrator.cancel(run_id)

@@ -81,6 +81,17 @@ class HostedAgent(HookTarget):
     #: What takes back the close callback each user's connection holds (see :meth:`release`).
     _leaving: dict[Session, Callable[[], None]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Every run's invoke_agent span names the agent as PROTOCOL §20.1 says; on the
+        # ACP facade the sessionId is the agentId, so the conversation id is the same.
+        self.agent.trace_attributes.update(
+            {
+                "gen_ai.agent.name": self.profile_name,
+                "gen_ai.agent.id": self.agent_id,
+                "gen_ai.conversation.id": self.agent_id,
+            }
+        )
+
     @property
     def uses_hooks(self) -> bool:
         return self.hooks.beforeRun or self.hooks.afterRun

@@ -216,6 +216,7 @@ class AgentService:
             journaled_input=request.input,
             run_id=request.runId,
             detach=request.onDisconnect == "continue",
+            meta=request.meta,
         )
         return result.to_wire()
 

@@ -108,6 +108,7 @@ class TeamMethods:
                 run_id=run.run_id,
                 on_progress=progress,
                 permission_handler=ask,
+                meta=request.meta,
             )
 
         return await self._serve(session, run, start, planned, request.onDisconnect)
@@ -149,6 +150,7 @@ class TeamMethods:
                 run_id=run.run_id,
                 on_progress=progress,
                 permission_handler=ask,
+                meta=request.meta,
             )
 
         return await self._serve(session, run, start, [], request.onDisconnect)
