@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from oma_bridge.client import connect
+from oma_bridge.orchestration.tasks import TaskSpec
 from oma_bridge.results import AgentRunResult
 from oma_bridge.server.app import RunningServer
 
@@ -236,6 +237,28 @@ async def test_the_gauges_show_what_is_in_flight(short_dir: Path) -> None:
     # The one cancelled while it waited never started: it has no duration.
     count = of(samples, "oma_bridge_run_duration_seconds_count", profile="sleeper", kind="process")
     assert count == 1
+
+
+async def test_a_team_run_is_one_run_of_kind_team(short_dir: Path) -> None:
+    async with (
+        daemon(short_dir, server=TCP) as running,
+        connect(discovery_dir=short_dir) as client,
+    ):
+        with anyio.fail_after(30):
+            team = await client.run_tasks(
+                [
+                    TaskSpec(title="Count", description="one two three", assignee="wordcount"),
+                    TaskSpec(title="Say", description="hello", assignee="echo"),
+                ],
+                run_id="team",
+            )
+        assert team.success, team.output
+        samples, _ = parse((await scrape(running, Authorization=f"Bearer {running.token}")).text)
+    # One run of the daemon (docs/teams.md), labelled as no profile is; its tasks are its parts.
+    runs = by_label(samples, "oma_bridge_runs_total")
+    assert runs == {frozenset({("profile", ""), ("kind", "team"), ("status", "ok")}): 1}
+    spent = team.token_usage.output_tokens
+    assert (of(samples, "oma_bridge_tokens_total", profile="", direction="output") or 0) == spent
 
 
 async def test_metrics_need_the_token(short_dir: Path) -> None:
