@@ -13,7 +13,7 @@ written by its own send, with whatever was queued before it: a loaded
 daemon's iterations last milliseconds, and a request should not wait for
 one more (D23).  Every frame is still one JSON-RPC
 message (docs/contract.md §1): only the transport writes are fewer
-(docs/decisions.md D18).  The one exception is a connection that negotiated
+(docs/internals.md D18).  The one exception is a connection that negotiated
 the shim's ``oma-bridge.acp-lines`` (D24, :mod:`oma_bridge.wire.acp_lines`):
 there the messages that go out in one write are joined into as few frames
 as :data:`~oma_bridge.wire.acp_lines.ACP_LINES_FRAME_MAX` allows, each

@@ -15,7 +15,7 @@ know the name selects ``acp.v1``, and the shim then writes each frame as one
 line, as before.
 
 A module of its own with no imports: the shim reads the name without the
-rest of ``wire/`` (it starts fast, docs/decisions.md D24).
+rest of ``wire/`` (it starts fast, docs/internals.md D24).
 """
 
 from __future__ import annotations

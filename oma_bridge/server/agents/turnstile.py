@@ -1,4 +1,4 @@
-"""A bound on the run events the event loop relays per iteration (docs/decisions.md D23).
+"""A bound on the run events the event loop relays per iteration (docs/internals.md D23).
 
 asyncio runs every callback that is ready when an iteration starts before
 it looks at its sockets again.  Under a load of many streams, each one is
