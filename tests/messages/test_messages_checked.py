@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_messages_hostile import HOSTILE_VALUES, conversation, deep, positions
-from test_messages_properties import containers, conversations, sites
 
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.messages import (
@@ -29,6 +27,9 @@ from oma_bridge.messages import (
     validate_messages,
 )
 from oma_bridge.messages.checked import _checked_copy
+
+from .test_messages_hostile import HOSTILE_VALUES, conversation, deep, positions
+from .test_messages_properties import containers, conversations, sites
 
 
 def reference(messages: Any) -> list[Any]:
