@@ -32,11 +32,15 @@ from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import invalid_message
 from oma_bridge.wire.params import AgentOverrides, HookFlags, RunAgentParams, parse_params
 
-__all__ = ["OneOffMethods", "build_orchestrator", "progress_sender"]
+__all__ = ["OneOffMethods", "OrchestratedMethods", "build_orchestrator", "progress_sender"]
 
 
-class OneOffMethods:
-    """``oma/runAgent`` on the daemon's profiles, runs and orchestrator."""
+class OrchestratedMethods:
+    """Methods that run the library's orchestrator as runs of the daemon: what they take.
+
+    The profiles (``host``), the run bookkeeping (``runs``), the orchestrator,
+    and ``remote`` for the permission requests of the agents they run.
+    """
 
     def __init__(
         self, host: AgentHost, runs: Runs, orchestrator: OpenMultiAgent, remote: Remote
@@ -45,6 +49,10 @@ class OneOffMethods:
         self.runs = runs
         self.orchestrator = orchestrator
         self.remote = remote
+
+
+class OneOffMethods(OrchestratedMethods):
+    """``oma/runAgent`` on the daemon's profiles, runs and orchestrator."""
 
     def register(self, registry: MethodRegistry) -> None:
         registry.add("oma/runAgent", self.run_agent)

@@ -39,7 +39,7 @@ from typing import Any, TypeAlias
 from oma_bridge.agent import AgentConfig
 from oma_bridge.backends import RUN_ID_LABEL, PermissionHandler
 from oma_bridge.errors import InvalidMessageError, TaskGraphError
-from oma_bridge.orchestration.orchestrator import OpenMultiAgent, ProgressCallback
+from oma_bridge.orchestration.orchestrator import ProgressCallback
 from oma_bridge.orchestration.outcome import TeamRunResult, TeamTask, combined_output
 from oma_bridge.orchestration.roster import Team
 from oma_bridge.orchestration.scheduler import RunControl
@@ -51,11 +51,9 @@ from oma_bridge.orchestration.tasks import (
 )
 from oma_bridge.orchestration.teams import DEFAULT_MAX_CONCURRENCY
 from oma_bridge.results import AgentRunResult, RunStatus, TokenUsage
-from oma_bridge.server.agents.host import AgentHost
-from oma_bridge.server.agents.one_off import progress_sender
+from oma_bridge.server.agents.one_off import OrchestratedMethods, progress_sender
 from oma_bridge.server.agents.overrides import agent_config
-from oma_bridge.server.agents.remote import Remote
-from oma_bridge.server.agents.runs import LiveRun, Runs
+from oma_bridge.server.agents.runs import LiveRun
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import invalid_message, invalid_params
@@ -67,16 +65,8 @@ __all__ = ["TeamMethods"]
 _Start: TypeAlias = Callable[[ProgressCallback, PermissionHandler], Awaitable[TeamRunResult]]
 
 
-class TeamMethods:
+class TeamMethods(OrchestratedMethods):
     """The team methods on the daemon's profiles, runs and orchestrator."""
-
-    def __init__(
-        self, host: AgentHost, runs: Runs, orchestrator: OpenMultiAgent, remote: Remote
-    ) -> None:
-        self.host = host
-        self.runs = runs
-        self.orchestrator = orchestrator
-        self.remote = remote
 
     def register(self, registry: MethodRegistry) -> None:
         registry.add("oma/runTasks", self.run_tasks)
