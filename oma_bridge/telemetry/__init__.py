@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from oma_bridge.telemetry.keys import CONTENT, ENDPOINT_VARIABLES, content_recorded
+
 if TYPE_CHECKING:
     from oma_bridge.telemetry.spans import ChatSpan, RunTrace, Tracing, WorkflowSpan
 
@@ -51,18 +53,11 @@ EXTRA_MISSING = (
     "(opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http)"
 )
 
-#: The variables that turn tracing on by themselves (the OTLP/HTTP exporter's).
-ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-
-#: The W3C trace-context keys of a request's ``_meta`` (PROTOCOL §20.2).
-TRACE_KEYS = ("traceparent", "tracestate", "baggage")
-
 
 class _State:
     """What was asked for, and what was decided (``decided`` False: not yet)."""
 
     requested = False
-    content = False
     decided = False
     live: Tracing | None = None
     warned = False
@@ -106,7 +101,7 @@ def configure(*, enabled: bool | None = None, content: bool | None = None) -> No
             raise RuntimeError(EXTRA_MISSING)
         _state.requested = True
     if content is not None:
-        _state.content = content
+        CONTENT.recorded = content
     if _state.live is None:
         _state.decided = False
 
@@ -129,11 +124,6 @@ def tracing() -> Tracing | None:
 
     _state.live = Tracing()
     return _state.live
-
-
-def content_recorded() -> bool:
-    """Whether prompt and output text go on spans (``[server] otel_content = true``)."""
-    return _state.content
 
 
 def open_run(
@@ -225,4 +215,4 @@ def reset() -> None:
     _state.live = None
     _state.decided = False
     _state.requested = False
-    _state.content = False
+    CONTENT.recorded = False

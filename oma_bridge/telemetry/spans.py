@@ -32,7 +32,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from oma_bridge._version import __version__
 from oma_bridge.results import AgentRunResult, StreamEvent
-from oma_bridge.telemetry import ENDPOINT_VARIABLES, TRACE_KEYS, content_recorded
+from oma_bridge.telemetry.keys import ENDPOINT_VARIABLES, TRACE_KEYS, content_recorded
 
 __all__ = ["ChatSpan", "RunTrace", "Tracing", "WorkflowSpan"]
 
