@@ -271,6 +271,7 @@ def _serve(args: argparse.Namespace) -> int:
                     f"--tcp {args.tcp}: not a loopback address; set allow_remote = true",
                 )
             server["tcp"] = endpoint
+            server["tcp_port_retries"] = 0  # the port asked for, or an error
         if server:
             section = config.server.model_copy(update=server)
             if section.socket is None and section.tcp is None:

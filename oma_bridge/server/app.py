@@ -162,7 +162,11 @@ async def serve(
             if settings.tcp is not None:
                 listeners.append(
                     await open_tcp_listener(
-                        settings.tcp, gateway.handler("tcp"), ssl_context=ssl_context, **options
+                        settings.tcp,
+                        gateway.handler("tcp"),
+                        ssl_context=ssl_context,
+                        port_retries=settings.tcp_port_retries,
+                        **options,
                     )
                 )
             tcp = next((listener for listener in listeners if listener.kind == "tcp"), None)

@@ -145,6 +145,9 @@ class ServerSection(_Frozen):
     socket: Path | None = Field(default="auto", validate_default=True)
     allow_remote: StrictBool = False
     tcp: TcpEndpoint | None = Field(default=None, validate_default=True)
+    #: When ``tcp``'s port is taken, try the next ones, up to this many more
+    #: (the built-in config: PROTOCOL §18.5, "47683, or the next free one").
+    tcp_port_retries: Annotated[StrictInt, Field(ge=0, le=1000)] = 0
     token_file: ConfigPath | None = None
     #: PEM certificate (chain) and private key: the TCP listener speaks
     #: ``wss://`` (docs/contract.md §17); both or neither.

@@ -320,21 +320,33 @@ async def open_tcp_listener(
     live: LiveConnections,
     max_message_bytes: int,
     ssl_context: ssl.SSLContext | None = None,
+    port_retries: int = 0,
 ) -> Listener:
     """Bind the TCP listener (port 0 picks a free port; the bound one is reported).
 
-    With ``ssl_context`` it speaks TLS and its URL is ``wss://``.
+    With ``ssl_context`` it speaks TLS and its URL is ``wss://``.  A port in
+    use is followed by the next one, up to ``port_retries`` more
+    (``[server] tcp_port_retries``); any other error, or the last port in
+    use, is a :class:`StartupError`.
     """
     options = _server_options(policy, "tcp", slots, max_message_bytes)
     if ssl_context is not None:
         options |= {"ssl": ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
     handler = _tracked(handler, slots, live)
-    try:
-        server = await serve(handler, endpoint.host, endpoint.port, **options)
-    except OSError as exc:
-        raise StartupError(
-            f"cannot listen on {endpoint.host}:{endpoint.port}: {exc.strerror or exc}"
-        ) from None
+    last = min(endpoint.port + port_retries, 65535) if endpoint.port else 0
+    for port in range(endpoint.port, last + 1):
+        try:
+            server = await serve(handler, endpoint.host, port, **options)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and port < last:
+                continue
+            tried = f"{endpoint.port}-{port}" if port != endpoint.port else f"{port}"
+            raise StartupError(
+                f"cannot listen on {endpoint.host}:{tried}: {exc.strerror or exc}"
+            ) from None
+        if port != endpoint.port:
+            logger.info("port %d is in use; listening on %d instead", endpoint.port, port)
+        break
     bound = server.sockets[0].getsockname()
     host = "127.0.0.1" if endpoint.host in ("0.0.0.0", "localhost") else str(bound[0])
     if host == "::":

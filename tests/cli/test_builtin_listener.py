@@ -1,0 +1,180 @@
+"""PROTOCOL §18.5: the built-in config (what ``make serve`` runs) also listens on loopback TCP,
+port 47683 or the next free one, so that ``oma-bridge ui`` works under it; the token is still
+required there and the Host and Origin checks of §2 hold.
+
+``oma-bridge serve`` runs as ``make serve`` runs it (no ``--config``, no user
+config), with a runtime folder of the test's own.  Port 47683 is held by the
+test while it starts (or by someone else already, which is just as good), so
+the daemon always shows "the next free one".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from oma_bridge.server.config import EMBEDDED_SOURCE, parse_config
+from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
+
+PORT = 47683
+RETRIES = 100
+UPGRADE = (
+    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+)
+
+
+def test_the_built_in_config_listens_on_loopback_47683_or_the_next_free_one() -> None:
+    server = parse_config(DEFAULT_CONFIG_TOML, source=EMBEDDED_SOURCE, base_dir=Path.cwd()).server
+    assert server.tcp is not None and (server.tcp.host, server.tcp.port) == ("127.0.0.1", PORT)
+    assert server.tcp.is_loopback and not server.allow_remote
+    assert server.tcp_port_retries == RETRIES
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="ombl-", dir="/tmp"))  # short: a socket path's limit
+    for name in ("run", "config", "state", "home"):
+        (base / name).mkdir(mode=0o700)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _env(root: Path) -> dict[str, str]:
+    hidden = ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER", "OMA_BRIDGE_URL")
+    return {key: value for key, value in os.environ.items() if key not in hidden} | {
+        "XDG_RUNTIME_DIR": str(root / "run"),
+        "XDG_CONFIG_HOME": str(root / "config"),  # no config.toml: the built-in config
+        "XDG_STATE_HOME": str(root / "state"),
+        "OMA_BRIDGE_SYSTEM_ROOT": str(root),
+    }
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "oma_bridge.cli", *args]
+    return subprocess.run(argv, env=_env(root), capture_output=True, text=True, timeout=30)
+
+
+@contextlib.contextmanager
+def _holding(port: int) -> Iterator[socket.socket | None]:
+    """A socket bound to 127.0.0.1:``port``, or ``None`` when something else has it already."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        try:
+            held.bind(("127.0.0.1", port))
+            held.listen()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            yield None
+        else:
+            yield held
+    finally:
+        held.close()
+
+
+@contextlib.contextmanager
+def _serving(root: Path, *args: str) -> Iterator[dict[str, object]]:
+    """``oma-bridge serve`` as ``make serve`` runs it, until its discovery file is written."""
+    log = (root / "serve.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "oma_bridge.cli", "serve", *args],
+        env=_env(root),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    discovery = root / "run" / "oma-bridge" / "bridge.json"
+    try:
+        deadline = time.monotonic() + 20
+        found: dict[str, object] = {}
+        while not found:
+            assert process.poll() is None, (root / "serve.log").read_text()
+            assert time.monotonic() < deadline, "no discovery file within 20 s"
+            with contextlib.suppress(OSError, ValueError):
+                found = json.loads(discovery.read_text())
+            time.sleep(0.05)
+        yield found
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        log.close()
+
+
+def _status(port: int, head: str) -> int:
+    """The status code of one raw HTTP/1.1 request to 127.0.0.1:``port``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(f"GET / HTTP/1.1\r\n{head}\r\n".encode("latin-1"))
+        answer = connection.recv(4096).decode("latin-1")
+    return int(answer.split(" ", 2)[1])
+
+
+def test_oma_bridge_ui_works_under_make_serve_and_the_listener_keeps_its_checks(
+    root: Path,
+) -> None:
+    with _holding(PORT), _serving(root) as discovery:
+        url = str(discovery["url"])
+        port = int(url.rsplit(":", 1)[1].rstrip("/"))
+        assert url == f"ws://127.0.0.1:{port}/" and PORT < port <= PORT + RETRIES
+        assert "port 47683 is in use; listening on" in (root / "serve.log").read_text()
+
+        done = _cli(root, "ui", "--no-browser")
+        assert (done.returncode, done.stderr) == (0, "")
+        token = str(discovery["token"])
+        assert done.stdout == f"http://127.0.0.1:{port}/ui#token={token}\n"
+        page = httpx.get(done.stdout.strip(), timeout=10)
+        assert page.status_code == 200 and "<main" in page.text
+
+        here = f"Host: 127.0.0.1:{port}\r\n"
+        bearer = f"Authorization: Bearer {token}\r\n"
+        # The token is still required on TCP...
+        assert _status(port, here + UPGRADE) == 401
+        # ...and a name that is not this listener's (DNS rebinding), or a foreign page, is refused.
+        assert _status(port, f"Host: attacker.example:{port}\r\n" + bearer + UPGRADE) == 403
+        foreign = "Origin: https://attacker.example\r\n"
+        assert _status(port, here + bearer + foreign + UPGRADE) == 403
+        assert _status(port, here + bearer + UPGRADE) == 101
+
+
+def test_two_daemons_on_the_built_in_config_take_two_ports(root: Path) -> None:
+    other = Path(tempfile.mkdtemp(prefix="ombl-", dir="/tmp"))
+    for name in ("run", "config", "state"):
+        (other / name).mkdir(mode=0o700)
+    try:
+        with _serving(root) as first, _serving(other) as second:
+            assert first["url"] != second["url"]
+            for found in (first, second):
+                port = int(str(found["url"]).rsplit(":", 1)[1].rstrip("/"))
+                assert PORT <= port <= PORT + RETRIES
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def test_a_port_given_on_the_command_line_is_that_port_or_an_error(root: Path) -> None:
+    with _holding(0) as held:
+        assert held is not None
+        port = held.getsockname()[1]
+        done = _cli(root, "serve", "--tcp", f"127.0.0.1:{port}")
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}: " in done.stderr
+    assert "in use" in done.stderr
