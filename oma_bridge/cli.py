@@ -1,4 +1,4 @@
-"""The ``oma-bridge`` command line: ``serve``, ``run``, ``acp``, ``watch``, ``result``, ``ui``, ...
+"""The ``oma-bridge`` command line: ``serve``, ``run``, ``acp``, ``watch``, ``ui``, ``tls``, ...
 
 Every command but ``serve`` finds the daemon through its discovery file, or
 at ``--url`` (with ``--token-file`` and ``--ca-file``: :func:`client_options`),
@@ -178,6 +178,34 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     audit.add_argument("--agent", metavar="ID", help="only the records of this agent")
     audit.add_argument("--file", type=Path, help="the audit log (default: the state folder's)")
 
+    tls = commands.add_parser(
+        "tls", help="TLS for the TCP listener: `init` makes a local CA and a server certificate"
+    )
+    tls_commands = tls.add_subparsers(dest="tls_command", metavar="init", required=True)
+    tls_init = tls_commands.add_parser(
+        "init",
+        help="make a local CA and a server certificate, and point [server] at them",
+        description="Make a local CA (kept if there) and a new server certificate in the state"
+        " folder, write [server] tls_cert and tls_key to the config, and print the clients'"
+        " --ca-file (docs/deploy.md).",
+    )
+    tls_init.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name or address clients connect to (repeat it); localhost, 127.0.0.1 and ::1"
+        " are always in the certificate",
+    )
+    tls_init.add_argument(
+        "--config", type=Path, help="the config file to write to (default: your user config)"
+    )
+    tls_init.add_argument(
+        "--no-config",
+        action="store_true",
+        help="write no config: print the [server] lines instead (a read-only or mounted config)",
+    )
+
     team = commands.add_parser(
         "team", help="run a task list or a team described in a TOML file (docs/teams.md)"
     )
@@ -206,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _registry(args, subparsers["registry"])
     if args.command == "agents" and args.agents_command == "add":
         return _agents_add(args)
+    if args.command == "tls":
+        return _tls_init(args)
     import anyio
 
     from oma_bridge.client import ConnectOptionError, DaemonError, DaemonNotRunningError
@@ -487,6 +517,51 @@ def _agents_add(args: argparse.Namespace) -> int:
         f"`kill -HUP {_daemon_pid() or 'PID'}`, or a restart"
     )
     print(f"then: `oma-bridge run {name} hello`, or in an editor the agent `oma-bridge acp {name}`")
+    return 0
+
+
+def _tls_init(args: argparse.Namespace) -> int:
+    """``tls init``: the CA and the pair in the state folder, the ``[server]`` lines, the CA."""
+    from oma_bridge.certificates import CertificateError, init_tls
+    from oma_bridge.paths import default_config_path, default_state_dir
+    from oma_bridge.private_files import NotPrivateError
+    from oma_bridge.server.config import ConfigError
+    from oma_bridge.server.config_append import NEW_CONFIG, ConfigAppendError, add_server_keys
+
+    folder = default_state_dir() / "tls"
+    try:
+        made = init_tls(folder, args.host)
+    except CertificateError as error:
+        print(f"oma-bridge: {error}", file=sys.stderr)
+        return EXIT_INVALID if error.args[0].startswith("--host") else EXIT_FAILED
+    except (NotPrivateError, OSError) as error:
+        print(f"oma-bridge: cannot make {folder}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{'kept' if made.ca_kept else 'made'} the local CA {made.ca} (its key {made.ca_key})")
+    print(f"made a server certificate for {', '.join(made.hosts)}: {made.cert} (key {made.key})")
+    keys = {"tls_cert": str(made.cert), "tls_key": str(made.key)}
+    lines = [f'{key} = "{value}"' for key, value in keys.items()]
+    path = (args.config or default_config_path()).expanduser()
+    problem = "--no-config" if args.no_config else None
+    if problem is None:
+        try:
+            made_by = NEW_CONFIG.replace("`oma-bridge agents add`", "`oma-bridge tls init`")
+            added = add_server_keys(path, keys, new_text=made_by)
+        except (ConfigAppendError, ConfigError, OSError) as error:
+            problem = str(error)
+        else:
+            said = "wrote to" if added else "already in"
+            print(f"{said} [server] of {path}: " + "; ".join(lines))
+            print(
+                "the daemon uses them from its next start (a reload keeps its listeners): "
+                "`systemctl --user restart oma-bridge`, or stop and start `oma-bridge serve`"
+            )
+    if problem is not None:
+        if not args.no_config:
+            print(f"oma-bridge: the config is not changed: {problem}", file=sys.stderr)
+        print("put these lines in [server] of the config the daemon reads:")
+        print("[server]\n" + "\n".join(lines))
+    print(f"clients of its TCP listener trust it with: --ca-file {made.ca}")
     return 0
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +12,8 @@ from pathlib import Path
 import pytest
 from support import npm_peers
 from support.acpx import clean_acpx_home
+
+from oma_bridge.certificates import init_tls, make_key
 
 # PROTOCOL §18.2 looks for a daemon in /run/user/$UID and /tmp/oma-bridge-$UID after
 # $XDG_RUNTIME_DIR: the machine's own are not the tests'.  Every test, and every process
@@ -58,7 +59,7 @@ def acpx_home(tmp_path: Path) -> Iterator[Path]:
 
 @dataclass(frozen=True)
 class TlsFiles:
-    """A test CA and a server certificate it signed for ``127.0.0.1`` and ``localhost``.
+    """A test CA and a server certificate it signed for ``localhost``, ``127.0.0.1``, ``::1``.
 
     Made once per test run in a temporary folder (never committed); the keys are 0600.
     """
@@ -74,53 +75,13 @@ class TlsFiles:
         return f'tls_cert = "{self.cert}"\ntls_key = "{self.key}"\n'
 
 
-_SERVER_EXTENSIONS = """\
-subjectAltName = IP:127.0.0.1, DNS:localhost
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature
-extendedKeyUsage = serverAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid, issuer
-"""
-
-
-def _openssl(folder: Path, command: str, *args: str) -> None:
-    """``openssl`` with the words of ``command``, then ``args`` (which may hold spaces)."""
-    argv = ["openssl", *command.split(), *args]
-    subprocess.run(argv, cwd=folder, check=True, capture_output=True, timeout=30)
-
-
-def _new_key(folder: Path, name: str) -> Path:
-    _openssl(folder, f"genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out {name}")
-    path = folder / name
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture(scope="session")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    # The same code as `oma-bridge tls init` (oma_bridge/certificates.py).
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is needed to make a test certificate")
-    folder = tmp_path_factory.mktemp("tls")
-    _new_key(folder, "ca.key")
-    _openssl(
-        folder,
-        "req -x509 -new -key ca.key -out ca.pem -days 2",
-        *("-subj", "/CN=oma-bridge test CA"),
-        *("-addext", "basicConstraints=critical,CA:TRUE"),
-        *("-addext", "keyUsage=critical,keyCertSign,cRLSign"),
-    )
-    key = _new_key(folder, "server.key")
-    (folder / "server.ext").write_text(_SERVER_EXTENSIONS)
-    _openssl(folder, "req -new -key server.key -out server.csr -subj /CN=127.0.0.1")
-    _openssl(
-        folder,
-        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
-        " -out server.pem -days 2 -extfile server.ext",
-    )
+    folder = tmp_path_factory.mktemp("tls") / "tls"
+    made = init_tls(folder, ca_name="oma-bridge test CA", ca_days=2, server_days=2)
     return TlsFiles(
-        ca=folder / "ca.pem",
-        cert=folder / "server.pem",
-        key=key,
-        other_key=_new_key(folder, "other.key"),
+        ca=made.ca, cert=made.cert, key=made.key, other_key=make_key(folder / "other.key")
     )

@@ -1,4 +1,4 @@
-"""Append an ``[agents.NAME]`` table to the user's config, every byte already there kept.
+"""Add an ``[agents.NAME]`` table, or ``[server]`` keys, to the user's config, every byte kept.
 
 ``oma-bridge agents add`` writes into a file the user edits by hand, with
 its comments and layout: no TOML writer keeps those, so the table is added
@@ -10,6 +10,10 @@ old config plus the new table (a layout that would merge it elsewhere, such
 as an inline ``agents = {...}``, is refused), and the whole config must be
 one the daemon accepts (:func:`~oma_bridge.server.config.parse_config`),
 so a profile the registry cannot start is never written.
+
+``[server]`` keys (``oma-bridge tls init``) go right under the file's
+``[server]`` header, and the file is rewritten in place (same inode, mode
+and owner); a file without one gets a ``[server]`` table appended.
 """
 
 from __future__ import annotations
@@ -26,9 +30,18 @@ from oma_bridge.private_files import make_private_folder, open_private
 from oma_bridge.server.config import parse_config
 from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
 
-__all__ = ["NEW_CONFIG", "ConfigAppendError", "append_agent_profile", "toml_key", "toml_string"]
+__all__ = [
+    "NEW_CONFIG",
+    "ConfigAppendError",
+    "add_server_keys",
+    "append_agent_profile",
+    "toml_key",
+    "toml_string",
+]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+#: The ``[server]`` header line (a comment may follow it).
+_SERVER_HEADER = re.compile(r"^[ \t]*\[[ \t]*server[ \t]*\][ \t]*(#.*)?$", re.MULTILINE)
 
 
 class ConfigAppendError(Exception):
@@ -119,6 +132,78 @@ def _append(path: Path, text: str, *, new: bool) -> None:
     else:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def add_server_keys(
+    path: Path, keys: Mapping[str, str], *, new_text: str = NEW_CONFIG
+) -> list[str]:
+    """Put the string ``keys`` in ``[server]`` of the config at ``path``; the lines added.
+
+    A key that has that value already is left alone (an empty list: nothing
+    to do).  Raises :class:`ConfigAppendError` when a key has another value
+    (the user's own: it is not overwritten) or the layout would not take the
+    lines (an inline or dotted ``server``), and
+    :class:`~oma_bridge.server.config.ConfigError` when the result is a config
+    the daemon would refuse; nothing is written then.
+    """
+    new = False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text, new = new_text, True
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigAppendError(f"{path}: cannot read it: {exc}") from None
+    try:
+        before: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigAppendError(f"{path}: not valid TOML: {exc}") from None
+    server = before.get("server", {})
+    server = server if isinstance(server, dict) else {}
+    for key, value in keys.items():
+        if key in server and server[key] != value:
+            raise ConfigAppendError(
+                f"{path}: [server] {key} is set already, to another file; "
+                "it is left as it is: replace it by hand"
+            )
+    missing = {key: value for key, value in keys.items() if key not in server}
+    lines = [f"{toml_key(key)} = {toml_string(value)}" for key, value in missing.items()]
+    if not lines:
+        return []
+    header = _SERVER_HEADER.search(text)
+    if header is not None:
+        at = header.end() + 1 if header.end() < len(text) else len(text)
+        prefix = text[:at] if text[:at].endswith("\n") else text[:at] + "\n"
+        edited = prefix + "\n".join(lines) + "\n" + text[at:]
+    else:
+        separator = "" if not text or text.endswith("\n") else "\n"
+        blank = "\n" if text.strip() else ""
+        edited = text + separator + blank + "[server]\n" + "\n".join(lines) + "\n"
+    expected = {**before, "server": {**server, **missing}}
+    try:
+        after = tomllib.loads(edited)
+    except tomllib.TOMLDecodeError:
+        after = None
+    if after != expected:
+        raise ConfigAppendError(
+            f"{path}: its layout is one the [server] lines would not follow "
+            "(an inline or dotted server table?): add them by hand"
+        )
+    parse_config(edited, source=str(path), base_dir=path.resolve().parent)
+    if new or header is None:
+        _append(path, edited if new else edited[len(text) :], new=new)
+    else:
+        _rewrite(path, edited)
+    return lines
+
+
+def _rewrite(path: Path, text: str) -> None:
+    # The same file (a symlink's target, its inode, mode and owner), truncated
+    # and written in one go once the text has passed every check.
+    with path.open("r+", encoding="utf-8") as file:
+        file.truncate(0)
         file.write(text)
         file.flush()
         os.fsync(file.fileno())
