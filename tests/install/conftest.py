@@ -49,8 +49,14 @@ class Built:
             return {name.partition("/")[2] for name in archive.getnames() if "/" in name}
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without ``PYTHONPATH``: a fresh venv imports its own."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | extra
+
+
 def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     """``argv``, its output captured; a failure shows both streams."""
+    kwargs.setdefault("env", clean_env())
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, **kwargs)  # type: ignore[call-overload]
     assert done.returncode == 0, f"{argv} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done  # type: ignore[no-any-return]
@@ -91,7 +97,7 @@ class Venv:
     def pip(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The test venv's pip, acting on this venv, with no index."""
         argv = [sys.executable, "-m", "pip", "--python", str(self.python), *args]
-        return run(argv, env={**os.environ, "PIP_NO_INDEX": "1", "PIP_NO_CACHE_DIR": "1"})
+        return run(argv, env=clean_env(PIP_NO_INDEX="1", PIP_NO_CACHE_DIR="1"))
 
 
 def fresh_venv(folder: Path) -> Venv:
