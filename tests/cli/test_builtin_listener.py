@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from oma_bridge.server.config import EMBEDDED_SOURCE, parse_config
+from oma_bridge.server.config import EMBEDDED_SOURCE, ConfigError, parse_config
 from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
 
 PORT = 47683
@@ -43,6 +43,17 @@ def test_the_built_in_config_listens_on_loopback_47683_or_the_next_free_one() ->
     assert server.tcp is not None and (server.tcp.host, server.tcp.port) == ("127.0.0.1", PORT)
     assert server.tcp.is_loopback and not server.allow_remote
     assert server.tcp_port_retries == RETRIES
+    # Any other config: the port it names, or an error.
+    assert parse_config("", source="x", base_dir=Path.cwd()).server.tcp_port_retries == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "1001", '"5"', "1.5"])
+def test_tcp_port_retries_is_a_small_count(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            f"[server]\ntcp_port_retries = {value}\n", source="c.toml", base_dir=Path.cwd()
+        )
+    assert str(caught.value).startswith("c.toml: server.tcp_port_retries: ")
 
 
 @pytest.fixture

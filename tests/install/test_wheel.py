@@ -176,7 +176,8 @@ def test_the_installed_command_serves_runs_and_speaks_acp(installed: Home) -> No
     # The installed package, not the checkout's.
     assert where.stdout.strip().startswith(str(installed.venv.site_packages()))
 
-    with serving(installed, "--tcp", "127.0.0.1:0") as discovery:
+    # The built-in config: the unix socket and loopback TCP 47683 or the next free port.
+    with serving(installed) as discovery:
         assert discovery["url"].startswith("ws://127.0.0.1:")
         hi = installed.oma_bridge("run", "echo", "hi")
         assert (hi.returncode, hi.stdout, hi.stderr) == (0, "hi\n", "")
@@ -204,7 +205,9 @@ def test_the_installed_command_serves_runs_and_speaks_acp(installed: Home) -> No
         shim_said = " ".join(line["text"] for line in acp.of("agent_stderr"))
         assert "started" not in shim_said, shim_said
 
-        page = httpx.get(discovery["url"].replace("ws://", "http://") + "ui", timeout=10)
+        link = installed.oma_bridge("ui", "--no-browser")
+        assert link.returncode == 0 and link.stdout.startswith("http://127.0.0.1:"), link
+        page = httpx.get(link.stdout.strip(), timeout=10)
         assert page.status_code == 200 and "<main" in page.text
         assert "oma-bridge" in page.text
 
