@@ -42,6 +42,7 @@ from oma_bridge.private_files import make_private_folder, open_private
 __all__ = [
     "LOCAL_HOSTS",
     "CertificateError",
+    "HostError",
     "TlsFiles",
     "init_tls",
     "issue_server_certificate",
@@ -61,6 +62,10 @@ _OPENSSL_TIMEOUT_S = 30
 
 class CertificateError(Exception):
     """A certificate that cannot be made; the message says what and why, in one line."""
+
+
+class HostError(CertificateError, ValueError):
+    """A host that is neither a DNS name nor an IP address: bad input, not a failure."""
 
 
 @dataclass(frozen=True)
@@ -85,9 +90,7 @@ def subject_alt_names(hosts: Sequence[str]) -> str:
             names.append(f"IP:{ipaddress.ip_address(bare)}")
         except ValueError:
             if len(bare) > 253 or not _DNS_NAME.fullmatch(bare):
-                raise CertificateError(
-                    f"--host {host!r}: not a DNS name or an IP address"
-                ) from None
+                raise HostError(f"--host {host!r}: not a DNS name or an IP address") from None
             names.append(f"DNS:{bare.rstrip('.').lower()}")
     return ",".join(dict.fromkeys(names))
 

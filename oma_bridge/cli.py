@@ -522,7 +522,7 @@ def _agents_add(args: argparse.Namespace) -> int:
 
 def _tls_init(args: argparse.Namespace) -> int:
     """``tls init``: the CA and the pair in the state folder, the ``[server]`` lines, the CA."""
-    from oma_bridge.certificates import CertificateError, init_tls
+    from oma_bridge.certificates import CertificateError, HostError, init_tls
     from oma_bridge.paths import default_config_path, default_state_dir
     from oma_bridge.private_files import NotPrivateError
     from oma_bridge.server.config import ConfigError
@@ -533,7 +533,7 @@ def _tls_init(args: argparse.Namespace) -> int:
         made = init_tls(folder, args.host)
     except CertificateError as error:
         print(f"oma-bridge: {error}", file=sys.stderr)
-        return EXIT_INVALID if error.args[0].startswith("--host") else EXIT_FAILED
+        return EXIT_INVALID if isinstance(error, HostError) else EXIT_FAILED
     except (NotPrivateError, OSError) as error:
         print(f"oma-bridge: cannot make {folder}: {error}", file=sys.stderr)
         return EXIT_FAILED
