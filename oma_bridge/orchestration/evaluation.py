@@ -356,10 +356,6 @@ class OnlineEvaluator:
                 failed = True
                 scores.append({"scorer": name, "error": redact(f"{type(error).__name__}: {error}")})
                 self._diagnose(f"scorer {name} failed on run {job.evaluation.run_id}: {error!r}")
-        if failed:
-            self.stats.failed += 1
-        else:
-            self.stats.completed += 1
         record: dict[str, Any] = {
             "runId": job.evaluation.run_id,
             "agent": job.evaluation.agent,
@@ -370,6 +366,11 @@ class OnlineEvaluator:
         if job.payload is not None:
             record["payload"] = job.payload
         await self._store(record)
+        # Counted once stored: a caller that sees the count read the store can find the record.
+        if failed:
+            self.stats.failed += 1
+        else:
+            self.stats.completed += 1
         if self.config.on_result is not None:
             await self._notify(self.config.on_result, record)
 

@@ -28,7 +28,7 @@ args = ["-w"]
 [agents.nap]
 kind = "process"
 command = "sleep"
-args = ["2"]
+args = ["6"]
 input = "none"
 """
 
