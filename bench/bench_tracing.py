@@ -15,7 +15,11 @@ client asks each daemon for:
   and a ``chat`` span;
 * **a process run** (``agent/run`` of ``cat``, a spawn per run): the time of
   the request. Traced, an ``invoke_agent`` span and ``TRACEPARENT`` in the
-  child's environment.
+  child's environment;
+* and, in this process, **the library's ``Agent.run``** of an ``echo`` llm
+  agent (no network: the least work a run does, so what the spans add shows
+  most), traced to the same receiver and off in alternate rounds (tracing
+  switched with ``telemetry.reset()``): this process's CPU a run.
 
 Reported: the median per-run wall time of each and the daemon's own CPU
 time a run (its threads, the exporter's included; the steadier figure on a
@@ -138,6 +142,31 @@ def process_run(agent: RemoteAgent) -> Run:
     return run
 
 
+async def library_runs(endpoint: str, runs: int, rounds: int) -> tuple[float, float]:
+    """In-process ``Agent.run`` of the echo provider: this process's CPU a run, off and traced."""
+    from oma_bridge import Agent, telemetry
+    from oma_bridge.agent import AgentConfig
+
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    os.environ["OTEL_BSP_SCHEDULE_DELAY"] = "1000"  # exports within the timed rounds, as above
+    async with Agent(AgentConfig(name="echo", provider="echo", model="echo-1")) as agent:
+        for number in range(rounds):
+            for traced in (False, True) if number % 2 == 0 else (True, False):
+                telemetry.reset()
+                if traced:
+                    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+                else:
+                    os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+                await agent.run("warm up")
+                started = time.process_time()
+                for _ in range(runs):
+                    await agent.run("hello there")
+                cpu[traced].append((time.process_time() - started) / runs)
+    telemetry.reset()  # what is buffered goes to the receiver, within the run's CPU
+    os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    return statistics.median(cpu[False]), statistics.median(cpu[True])
+
+
 def cpu_seconds(process: psutil.Process) -> float:
     """The daemon's own CPU (its threads, the exporter's included; not its children's).
 
@@ -181,6 +210,9 @@ async def main() -> None:
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=20, help="runs of each kind per round")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--aa", action="store_true", help="both daemons untraced: the noise floor of the ratios"
+    )
     args = parser.parse_args()
     os.environ[KEY_ENV] = "bench-key"
     provider, provider_port = _child(
@@ -196,13 +228,17 @@ base_url = "http://127.0.0.1:{provider_port}/v1"
 api_key_env = "{KEY_ENV}"
 """
     off_env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    on_env = {
-        **off_env,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
-        "OTEL_SERVICE_NAME": "oma-bridge-bench",
-        # A batch a second (the default is every 5 s): the exports fall within the rounds.
-        "OTEL_BSP_SCHEDULE_DELAY": "1000",
-    }
+    on_env = (
+        off_env
+        if args.aa
+        else {
+            **off_env,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
+            "OTEL_SERVICE_NAME": "oma-bridge-bench",
+            # A batch a second (the default is every 5 s): the exports fall within the rounds.
+            "OTEL_BSP_SCHEDULE_DELAY": "1000",
+        }
+    )
     try:
         async with (
             daemon(agents=agents, env=off_env) as off,
@@ -221,10 +257,13 @@ api_key_env = "{KEY_ENV}"
             medians = await measure(contenders, args.runs, args.rounds)
             # Every traced run's spans reach the receiver (a stream's 2, a process run's 1),
             # warm-up included, within the batch processor's delay.
-            expected = 3 * (1 + args.runs * args.rounds)
+            expected = 0 if args.aa else 3 * (1 + args.runs * args.rounds)
             with anyio.fail_after(30):
                 while _span_count(receiver_port) < expected:  # noqa: ASYNC110 - another process
                     await anyio.sleep(0.2)
+        library_off, library_on = await library_runs(
+            f"http://127.0.0.1:{receiver_port}", 20 * args.runs, args.rounds
+        )
         print(
             f"Tracing: {args.tokens:,}-delta agent/stream and a `cat` process run, "
             f"{args.runs} runs per round, median of {args.rounds} rounds"
@@ -252,6 +291,11 @@ api_key_env = "{KEY_ENV}"
         header = ["run", "off (ms)", "traced (ms)", "wall ratio"]
         header += ["daemon CPU off (ms)", "traced (ms)", "CPU ratio", "target"]
         print_table(header, rows)
+        print(
+            f"\nlibrary Agent.run (echo, in-process): {library_off * 1e6:.0f} us CPU a run off, "
+            f"{library_on * 1e6:.0f} us traced: {library_on / library_off:.2f}x "
+            f"(+{(library_on - library_off) * 1e6:.0f} us for its invoke_agent and chat spans)"
+        )
         print(f"\nspans received: {_span_count(receiver_port)} (at least {expected} expected)")
     finally:
         for child in (provider, receiver):
