@@ -25,5 +25,7 @@ def test_every_module_is_in_a_layer() -> None:
         if (path.suffix == ".py" and path.stem != "__init__")
         or (path.is_dir() and (path / "__init__.py").exists())
     }
-    assert sorted(children - placed) == []
-    assert sorted(placed - children) == []  # no layer names a module that is gone
+    unplaced = sorted(children - placed)
+    assert not unplaced, f"add {unplaced} to a layer of [tool.importlinter]'s layers contract"
+    gone = sorted(placed - children)
+    assert not gone, f"the layers contract names modules that are gone: {gone}"
