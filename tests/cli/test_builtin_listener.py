@@ -189,3 +189,27 @@ def test_a_port_given_on_the_command_line_is_that_port_or_an_error(root: Path) -
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}: " in done.stderr
     assert "in use" in done.stderr
+
+
+def test_every_port_of_the_range_in_use_is_one_line_naming_the_range(root: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        for _attempt in range(50):  # three free ports in a row
+            first = stack.enter_context(_holding(0))
+            assert first is not None
+            start = first.getsockname()[1]
+            held = [stack.enter_context(_holding(start + i)) for i in (1, 2)]
+            if all(held) and start + 2 <= 65535:
+                break
+            stack.close()
+        else:
+            pytest.skip("no three free ports in a row on 127.0.0.1")
+        config = root / "config" / "ranged.toml"
+        config.write_text(
+            f'[server]\nsocket = "{root}/run/b.sock"\ntcp = "127.0.0.1:{start}"\n'
+            "tcp_port_retries = 2\n"
+        )
+        done = _cli(root, "serve", "--config", str(config))
+    assert done.returncode == 1
+    last = done.stderr.splitlines()[-1]  # after the log lines of the start
+    assert last.startswith(f"oma-bridge: cannot listen on 127.0.0.1:{start}-{start + 2}: ")
+    assert last.endswith("address already in use")
