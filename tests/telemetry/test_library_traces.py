@@ -18,7 +18,9 @@ from support.otlp import OtlpReceiver
 
 from oma_bridge import telemetry
 from oma_bridge.agent import AgentConfig
+from oma_bridge.backends.process import ProcessConfig
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
+from oma_bridge.orchestration.roster import Team
 from oma_bridge.tools import ToolDefinition
 
 pytestmark = pytest.mark.anyio
@@ -130,7 +132,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from oma_bridge.agent import AgentConfig
+from oma_bridge.backends.process import ProcessConfig
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
+from oma_bridge.orchestration.roster import Team
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
@@ -162,3 +166,42 @@ def test_an_applications_own_provider_gets_the_spans() -> None:
     assert set(spans) == {"app request", "invoke_agent echoer", "chat echo-1"}
     assert spans["invoke_agent echoer"][0] == spans["app request"][1]
     assert spans["chat echo-1"][0] == spans["invoke_agent echoer"][1]
+
+
+async def test_run_team_is_one_workflow_above_the_coordinator_and_the_members(
+    otlp: OtlpReceiver, anthropic_server: FakeProvider
+) -> None:
+    plan = [{"title": "Draft", "description": "Write it.", "assignee": "cat"}]
+    anthropic_server.turn(
+        Turn(text=[orjson.dumps(plan).decode()], usage=(30, 9)),
+        Turn(text=["Drafted."], usage=(50, 2)),
+    )
+    coordinator = AgentConfig(
+        name="lead",
+        provider="anthropic",
+        model="claude-test",
+        base_url=anthropic_server.base_url,
+        api_key_env="OMA_TEST_KEY",
+    )
+    cat = AgentConfig(name="cat", backend=ProcessConfig(command="cat"))
+    result = await OpenMultiAgent().run_team(
+        Team(agents={"cat": cat}, coordinator=coordinator), "Write a note.", run_id="team-1"
+    )
+    assert result.success, result.output
+    otlp.wait_for(lambda r: bool(r.named("invoke_workflow")) and len(r.named("invoke_agent")) == 3)
+    (workflow,) = otlp.named("invoke_workflow runTeam")
+    runs = otlp.named("invoke_agent")
+    assert sorted(span.name for span in runs) == [
+        "invoke_agent cat",
+        "invoke_agent lead",
+        "invoke_agent lead",
+    ]
+    assert {(span.trace_id, span.parent_id) for span in runs} == {
+        (workflow.trace_id, workflow.span_id)
+    }
+    assert workflow.parent_id is None
+    assert workflow.attributes["oma_bridge.run.id"] == "team-1"
+    assert workflow.attributes["oma_bridge.run.status"] == "ok"
+    chats = otlp.named("chat claude-test")
+    leads = {span.span_id for span in runs if span.name == "invoke_agent lead"}
+    assert len(chats) == 2 and {span.parent_id for span in chats} == leads
