@@ -21,11 +21,10 @@ from pathlib import Path
 
 import pytest
 from lifecycle.harness import config_text, daemon_process
+from process.conftest import wait_gone
 
 from oma_bridge.supervision.supervisor import TAG_VARIABLE, reap_leftovers
 from oma_bridge.supervision.watchdog import start_time
-
-from .conftest import wait_gone
 
 as_root = pytest.mark.skipif(os.getuid() != 0, reason="planting another user's file needs root")
 NOBODY = 65534

@@ -6,14 +6,13 @@ import re
 from typing import Any
 
 import pytest
+from agent.fakes import Journal, ScriptedConfig
 
 from oma_bridge.agent import AgentConfig, prepare
 from oma_bridge.errors import InvalidMessageError
 from oma_bridge.orchestration.evaluation import EvaluationConfig
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.results import TokenUsage
-
-from .fakes import Journal, ScriptedConfig
 
 pytestmark = pytest.mark.anyio
 

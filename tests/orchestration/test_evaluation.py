@@ -9,6 +9,7 @@ import anyio
 import anyio.lowlevel
 import orjson
 import pytest
+from agent.fakes import Journal, ScriptedConfig
 
 from oma_bridge.orchestration.evaluation import (
     PAYLOAD_CAP,
@@ -22,7 +23,6 @@ from oma_bridge.orchestration.evaluation import (
 )
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 
-from .fakes import Journal, ScriptedConfig
 from .test_orchestrator import llm_config
 
 pytestmark = pytest.mark.anyio

@@ -15,6 +15,7 @@ import anyio
 import orjson
 import psutil
 import pytest
+from process.conftest import AGENTS, kill_all, tree_pids, wait_gone
 
 from oma_bridge.backends.process import (
     Supervisor,
@@ -25,8 +26,6 @@ from oma_bridge.backends.process import (
 from oma_bridge.supervision.exits import describe_exit, exit_parts
 from oma_bridge.supervision.supervisor import TAG_VARIABLE, SupervisedProcess
 from oma_bridge.supervision.watchdog import start_time
-
-from .conftest import AGENTS, kill_all, tree_pids, wait_gone
 
 pytestmark = pytest.mark.anyio
 
