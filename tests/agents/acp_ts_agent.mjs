@@ -3,18 +3,56 @@
 // "peek PATH" (says peek:ok:<text> or peek:<error code>: what the agent itself can read),
 // "terminal SHELL-COMMAND" (runs it with terminal/create, says its exit code and output),
 // "meta" (says meta:<the session/prompt's _meta as JSON>), "toolcall" (two tool calls:
-// "Read notes" completed, "Run tests" failed).
+// "Read notes" completed, "Run tests" failed), "mcp" (says mcp:<JSON of the mcpServers its
+// session was opened with>), "history" (says history:<this session's earlier prompts,
+// joined by |>).
 // The SDK is resolved from OMA_ACP_TS_SDK_DIR (a folder holding node_modules).
-import { readFileSync } from "node:fs";
+// Switches: OMA_TS_AGENT_MCP="http,sse" advertises those mcpCapabilities (default: none);
+// OMA_TS_AGENT_STATE=DIR keeps each session in DIR/<id>.json and advertises
+// sessionCapabilities.resume (another process of the agent resumes it, as real agents do);
+// OMA_TS_AGENT_FORK=1 (with a state folder) advertises sessionCapabilities.fork and serves
+// session/fork: the new session starts with the parent's prompts and its own mcpServers.
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
+const stateDir = process.env.OMA_TS_AGENT_STATE || null;
+const forks = stateDir !== null && process.env.OMA_TS_AGENT_FORK === "1";
+// session/fork is unstable in ACP v1: the SDK's "unstable" entry knows it.
+const entry = forks ? "@agentclientprotocol/sdk/unstable" : "@agentclientprotocol/sdk";
 const require = createRequire(pathToFileURL(process.env.OMA_ACP_TS_SDK_DIR + "/"));
-const acp = await import(pathToFileURL(require.resolve("@agentclientprotocol/sdk")).href);
+const acp = await import(pathToFileURL(require.resolve(entry)).href);
 
 let sessions = 0;
 const cancels = new Map();
+const mcpCapabilities = Object.fromEntries(
+  (process.env.OMA_TS_AGENT_MCP || "")
+    .split(",")
+    .filter((name) => name)
+    .map((name) => [name, true]),
+);
+// What each session received: { prompts: [...], mcpServers: [...] }.
+const known = new Map();
+const fileOf = (id) => `${stateDir}/${id}.json`;
+const save = (id) => {
+  if (stateDir !== null) writeFileSync(fileOf(id), JSON.stringify(known.get(id)));
+};
+const open = (mcpServers) => {
+  const id = stateDir === null ? `ts-${++sessions}` : `ts-${process.pid}-${++sessions}`;
+  known.set(id, { prompts: [], mcpServers: mcpServers ?? [] });
+  save(id);
+  return id;
+};
+const recall = (id) => {
+  if (!known.has(id) && stateDir !== null && existsSync(fileOf(id))) {
+    known.set(id, JSON.parse(readFileSync(fileOf(id), "utf8")));
+  }
+  return known.get(id);
+};
+const sessionCapabilities = {};
+if (stateDir !== null) sessionCapabilities.resume = {};
+if (forks) sessionCapabilities.fork = {};
 
 const say = (client, sessionId, text) =>
   client.notify("session/update", {
@@ -26,10 +64,17 @@ const app = acp
   .agent({ name: "ts-scenario-agent" })
   .onRequest("initialize", () => ({
     protocolVersion: 1,
-    agentCapabilities: { loadSession: false },
+    agentCapabilities: { loadSession: false, mcpCapabilities, sessionCapabilities },
     agentInfo: { name: "ts-scenario-agent", version: "1.0" },
   }))
-  .onRequest("session/new", () => ({ sessionId: `ts-${++sessions}` }))
+  .onRequest("session/new", ({ params }) => ({ sessionId: open(params.mcpServers) }))
+  .onRequest("session/resume", ({ params }) => {
+    if (recall(params.sessionId) === undefined) {
+      throw acp.RequestError.resourceNotFound(params.sessionId);
+    }
+    return {};
+  })
+
   .onNotification("session/cancel", ({ params }) => {
     cancels.get(params.sessionId)?.();
   })
@@ -38,6 +83,19 @@ const app = acp
     const last = text.split("\n\n").at(-1);
     const word = last.split(" ")[0];
     const sid = params.sessionId;
+    const session = recall(sid) ?? { prompts: [], mcpServers: [] };
+    const earlier = [...session.prompts];
+    session.prompts.push(last);
+    known.set(sid, session);
+    save(sid);
+    if (word === "mcp") {
+      await say(client, sid, `mcp:${JSON.stringify(session.mcpServers)}`);
+      return { stopReason: "end_turn" };
+    }
+    if (word === "history") {
+      await say(client, sid, `history:${earlier.join("|")}`);
+      return { stopReason: "end_turn" };
+    }
     if (word === "tools") {
       const answer = await client.request("session/request_permission", {
         sessionId: sid,
@@ -108,5 +166,16 @@ const app = acp
     for (const part of text.match(/.{1,4}/gs) ?? []) await say(client, sid, part);
     return { stopReason: "end_turn" };
   });
+
+if (forks) {
+  app.onRequest("session/fork", ({ params }) => {
+    const parent = recall(params.sessionId);
+    if (parent === undefined) throw acp.RequestError.resourceNotFound(params.sessionId);
+    const id = open(params.mcpServers);
+    known.get(id).prompts = [...parent.prompts];
+    save(id);
+    return { sessionId: id };
+  });
+}
 
 app.connect(acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin)));

@@ -9,7 +9,9 @@ earlier one to continue is tried with ``session/resume`` (no replay), then
 when neither opens it does ``session/new`` start a fresh one, noted to the
 observers (the agent no longer remembers the earlier turns).  Last, the
 profile's ``model``: a config option when the agent offers one, else the
-legacy ``session/set_model``.
+legacy ``session/set_model``.  Between ``initialize`` and the session's
+opening, the ``mcpServers`` to give are checked against the agent's
+``mcpCapabilities`` (``mcp_check.py``): none is dropped in silence.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from oma_bridge._version import __version__
 from oma_bridge.backends.acp.config import AcpConfig
+from oma_bridge.backends.acp.mcp_check import refusal
 from oma_bridge.backends.acp.schema import (
     AgentCapabilities,
     InitializeResponse,
@@ -92,6 +95,11 @@ class Handshake:
     async def run(self, peer: Peer) -> Opened:
         init = await self.initialize(peer)
         config = self.config
+        # Before any session opens (PROTOCOL §22.3): an agent that no longer takes a
+        # server the client gave (its capabilities changed since they were checked).
+        refused = refusal(config.mcp_servers, init.agent_capabilities.mcp_capabilities, self.label)
+        if refused is not None:
+            raise BackendError(f'ACP agent "{self.label}" cannot open the session: {refused}')
         if config.auth_method is not None and config.auth_method in init.auth_method_ids():
             try:
                 await peer.request("authenticate", {"methodId": config.auth_method})

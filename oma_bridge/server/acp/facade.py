@@ -38,6 +38,7 @@ from oma_bridge.rpc.codes import (
 )
 from oma_bridge.server.acp.attachment import Attachment
 from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason
+from oma_bridge.server.acp.mcp_servers import checked_servers
 from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.journal import Journal
 from oma_bridge.server.agents.registry import HostedAgent
@@ -250,7 +251,15 @@ class _Connection:
             raise _bad("mcpServers must be an array")
         meta: dict[str, Any] = {}
         if servers and profile.kind == "acp" and getattr(profile, "client_mcp_servers", False):
-            backend_update["mcp_servers"] = tuple(s for s in servers if isinstance(s, dict))
+            host = self.host
+            backend_update["mcp_servers"] = await checked_servers(
+                name,
+                servers,
+                host.config.agents,
+                host.settings,
+                host.capabilities,
+                host.profile_capabilities,
+            )
         elif servers:
             ignored = [str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in servers]
             meta["oma-bridge/ignoredMcpServers"] = ignored
