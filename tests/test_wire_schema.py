@@ -487,6 +487,9 @@ async def _session(rec: Recorder) -> None:
     assert prompt["result"]["success"] is True
     history = await rec.call("agent/history", {"agentId": agent})
     assert len(history["result"]["messages"]) == 2
+    fork = (await rec.call("agent/fork", {"agentId": agent}))["result"]["agentId"]
+    assert (await rec.call("agent/history", {"agentId": fork}))["result"] == history["result"]
+    assert (await rec.call("agent/fork", {"agentId": "agt_missing"}))["error"]["code"] == -32011
     assert (await rec.call("agent/attach", {"agentId": agent}))["result"] == {}
     assert (await rec.call("agent/reset", {"agentId": agent}))["result"] == {}
 

@@ -2,6 +2,7 @@
 
 from oma_bridge.agent.agent import Agent, AgentState
 from oma_bridge.agent.config import AgentConfig
+from oma_bridge.agent.fork import advertises_fork, fork_config
 from oma_bridge.agent.input import (
     PreparedInput,
     PreparedPrompt,
@@ -19,6 +20,8 @@ __all__ = [
     "PreparedInput",
     "PreparedPrompt",
     "RunStream",
+    "advertises_fork",
+    "fork_config",
     "prepare",
     "prepare_prompt",
     "prepare_prompt_input",

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import anyio
 
 from oma_bridge.agent.config import AfterRunHook, AgentConfig, BeforeRunHook, smallest_ceiling
+from oma_bridge.agent.fork import fork_config
 from oma_bridge.agent.hooks import apply_after_run, apply_before_run, ensure_outcome
 from oma_bridge.agent.input import (
     PreparedInput,
@@ -348,6 +349,14 @@ class Agent:
                 if end_session and isinstance(backend, SessionEnding):
                     await backend.end_session()
                 await backend.aclose()
+
+    async def fork(self) -> Agent:
+        """A new agent that starts where this one is, same handlers (PROTOCOL §22.4; fork.py)."""
+        if self._closed:
+            raise BackendError(f'Agent "{self.name}" is closed')
+        handlers = ("permission", "elicitation", "elicitation_complete")
+        kept = {f"{name}_handler": getattr(self, f"{name}_handler") for name in handlers}
+        return Agent(await fork_config(self), client_forwarder=self.client_forwarder, **kept)
 
     async def __aenter__(self) -> Agent:
         return self

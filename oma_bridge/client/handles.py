@@ -90,6 +90,14 @@ class RemoteAgent:
     #: The name :meth:`get_history` had before it took :class:`~oma_bridge.Agent`'s.
     history = get_history
 
+    async def fork(self) -> RemoteAgent:
+        """``agent/fork`` (PROTOCOL §22.4): a new agent that starts where this one is (its
+        history and journal copied), with this one's hooks, on this connection."""
+        answer = await self.client.request("agent/fork", {"agentId": self.agent_id})
+        return RemoteAgent(
+            self.client, answer["agentId"], self.profile, self.before_run, self.after_run
+        )
+
     async def reset(self) -> None:
         """``agent/reset``: clear the history and state; the backend stays."""
         await self.client.request("agent/reset", {"agentId": self.agent_id})

@@ -1042,6 +1042,13 @@ METHODS: dict[str, MethodSpec] = {
         (-32602, -32011, -32012, -32010),
         "open an agent of a declared profile",
     ),
+    "agent/fork": MethodSpec(
+        "client→daemon",
+        AgentIdParams,
+        AgentOpenResult,
+        (-32602, -32011, -32014, -32601, -32603),
+        "a new agent that starts with a copy of an open one's history and journal (§22.4)",
+    ),
     "agent/run": MethodSpec(
         "client→daemon", RunParams, AgentRunResult, _RUN_ERRORS, "a fresh conversation"
     ),

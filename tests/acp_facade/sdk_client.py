@@ -24,7 +24,9 @@ on disk), and terminals are real subprocesses the client runs itself.
 Steps (``sessionId`` defaults to the last one new/load/resume named):
 
 * ``initialize {protocolVersion?}``
-* ``new {cwd?}``, ``load {sessionId?, cwd?}``, ``resume {sessionId?, cwd?}``
+* ``new {cwd?}``, ``load {sessionId?, cwd?}``, ``resume {sessionId?, cwd?}``,
+  ``fork {sessionId?, cwd?}`` (``fork_session``: the fork becomes the session the next
+  steps name)
 * ``prompt {text?, images?: [{data, mimeType}], meta?: {...}, cancelAfter?: K, wait?: false}``
   (``meta``: the request's ``_meta``)
   (``cancelAfter``: send ``session/cancel`` once the turn got K message chunks;
@@ -283,6 +285,12 @@ async def run(script: dict[str, Any]) -> None:
                 )
             if op == "new":
                 answer = await conn.new_session(cwd=step.get("cwd", cwd), mcp_servers=[])
+                state["session"] = answer.session_id
+                return answer
+            if op == "fork":  # the SDK's fork_session (unstable in ACP v1); the fork is current
+                answer = await conn.fork_session(
+                    session_id=sid, cwd=step.get("cwd", cwd), mcp_servers=[]
+                )
                 state["session"] = answer.session_id
                 return answer
             if op in ("load", "resume"):

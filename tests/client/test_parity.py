@@ -26,6 +26,7 @@ WIRE: dict[str, str | None] = {
     "get_history": "agent/history",
     "reset": "agent/reset",
     "close": "agent/close",
+    "fork": "agent/fork",
     "cancel": "run/cancel",
     "prepare": None,  # validates input in the caller's process: the daemon validates its own
     "prepare_prompt": None,  # likewise
@@ -70,6 +71,9 @@ def test_remote_agent_has_each_wire_method_with_the_same_name_and_result() -> No
         assert remote is not None, f"RemoteAgent has no {name} ({wire})"
         if name == "stream":
             assert (result_of(local), result_of(remote)) == (RunStream, RemoteStream)
+            continue
+        if name == "fork":  # a fork is an agent of the same side
+            assert (result_of(local), result_of(remote)) == (Agent, RemoteAgent)
             continue
         assert inspect.iscoroutinefunction(remote), f"RemoteAgent.{name} is a request: async"
         assert result_of(remote) == result_of(local), name

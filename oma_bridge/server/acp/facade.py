@@ -37,8 +37,9 @@ from oma_bridge.rpc.codes import (
     METHOD_NOT_FOUND,
 )
 from oma_bridge.server.acp.attachment import Attachment
+from oma_bridge.server.acp.forking import fork_advertised, fork_session
 from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason
-from oma_bridge.server.acp.mcp_servers import checked_servers
+from oma_bridge.server.acp.mcp_servers import session_servers
 from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.journal import Journal
 from oma_bridge.server.agents.registry import HostedAgent
@@ -121,6 +122,7 @@ class _Connection:
             "session/resume": self._resume,
             "session/list": self._list,
             "session/close": self._close,
+            "session/fork": self._fork,
             "session/prompt": self._prompt,
             "session/set_mode": self._set_mode,
             "session/set_config_option": self._set_config_option,
@@ -165,6 +167,9 @@ class _Connection:
         profile = self._profile_or_none(self.profile)
         # Without a profile (/acp), the session's is chosen later: text only until then.
         plain_text = profile is None or text_only(profile.kind)
+        sessions: dict[str, Any] = {"list": {}, "resume": {}, "close": {}}
+        if fork_advertised(self.host, self.profile):
+            sessions["fork"] = {}  # PROTOCOL §22.4 (forking.py)
         answer: dict[str, Any] = {
             "protocolVersion": ACP_PROTOCOL_VERSION,
             "agentInfo": {
@@ -176,7 +181,7 @@ class _Connection:
             "authMethods": [],
             "agentCapabilities": {
                 "loadSession": True,
-                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+                "sessionCapabilities": sessions,
                 "promptCapabilities": {
                     "image": not plain_text,
                     "audio": False,
@@ -246,29 +251,9 @@ class _Connection:
         backend_update: dict[str, Any] = {}
         if profile.kind != "llm" and getattr(profile, "cwd", None) == "client" and folder:
             backend_update["cwd"] = Path(folder) if profile.kind == "acp" else folder
-        servers = params.get("mcpServers") or []
-        if not isinstance(servers, list):
-            raise _bad("mcpServers must be an array")
-        meta: dict[str, Any] = {}
-        if servers and profile.kind == "acp" and getattr(profile, "client_mcp_servers", False):
-            host = self.host
-            backend_update["mcp_servers"] = await checked_servers(
-                name,
-                servers,
-                host.config.agents,
-                host.settings,
-                host.capabilities,
-                host.profile_capabilities,
-            )
-        elif servers:
-            ignored = [str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in servers]
-            meta["oma-bridge/ignoredMcpServers"] = ignored
-            logger.info(
-                "session/new on %s: mcpServers not forwarded (%s); set client_mcp_servers = true "
-                "on an acp profile to forward them",
-                name,
-                ", ".join(ignored),
-            )
+        forwarded, meta = await session_servers(self.host, name, profile, params)
+        if forwarded is not None:
+            backend_update["mcp_servers"] = forwarded
         hosted = self.host.open(
             session,
             name,
@@ -364,6 +349,13 @@ class _Connection:
         answer: dict[str, Any] = {"sessions": sessions}
         if start + PAGE < len(rows):
             answer["nextCursor"] = str(start + PAGE)
+        return answer
+
+    async def _fork(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        forked, answer = await fork_session(
+            self.host, session, self._hosted(session, params.get("sessionId")), params
+        )
+        self._attach(session, forked, forked.journal.last_seq)
         return answer
 
     async def _close(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 """A client's ``mcpServers`` at the facade's ``session/new``: forwarded whole, or refused.
 
-With ``client_mcp_servers = true`` on an acp profile, every entry is
-checked against the agent's ``mcpCapabilities`` before the session exists
+Without ``client_mcp_servers = true`` (or on an llm or process profile) they
+are not forwarded, and the answer names them in
+``_meta["oma-bridge/ignoredMcpServers"]`` (logged with the fix).  With
+``client_mcp_servers = true`` on an acp profile, every entry is checked
+against the agent's ``mcpCapabilities`` before the session exists
 (PROTOCOL §22.3, ``backends/acp/mcp_check.py``): what the daemon last heard
 from the profile's agents (``ProfileCapabilities``), or, when it has heard
 nothing yet and an entry needs more than stdio, what the agent says to an
@@ -14,6 +17,7 @@ refuses the session with the reason (the servers could not be checked).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,11 +25,45 @@ from oma_bridge.backends.acp.mcp_check import STDIO, malformed, refusal, transpo
 from oma_bridge.errors import WireError
 from oma_bridge.rpc.codes import INTERNAL_ERROR, INVALID_PARAMS
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
+from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.probe import probe_profiles
 from oma_bridge.server.config import ServerSection
 from oma_bridge.server.profiles import Profile
 
-__all__ = ["checked_servers"]
+__all__ = ["checked_servers", "session_servers"]
+
+logger = logging.getLogger("oma_bridge.server.acp")
+IGNORED_META = "oma-bridge/ignoredMcpServers"
+
+
+async def session_servers(
+    host: AgentHost, name: str, profile: Profile, params: Mapping[str, Any]
+) -> tuple[tuple[dict[str, Any], ...] | None, dict[str, Any]]:
+    """``session/new``'s ``mcpServers`` for profile ``name``: those to forward (``None``:
+    none) and the answer's ``_meta`` (the names of those not forwarded, and why, logged)."""
+    servers = params.get("mcpServers") or []
+    if not isinstance(servers, list):
+        raise WireError(INVALID_PARAMS, "mcpServers must be an array")
+    if not servers:
+        return None, {}
+    if profile.kind == "acp" and getattr(profile, "client_mcp_servers", False):
+        forwarded = await checked_servers(
+            name,
+            servers,
+            host.config.agents,
+            host.settings,
+            host.capabilities,
+            host.profile_capabilities,
+        )
+        return forwarded, {}
+    ignored = [str(s.get("name", "?")) if isinstance(s, dict) else "?" for s in servers]
+    logger.info(
+        "session/new on %s: mcpServers not forwarded (%s); set client_mcp_servers = true "
+        "on an acp profile to forward them",
+        name,
+        ", ".join(ignored),
+    )
+    return None, {IGNORED_META: ignored}
 
 
 def _refused(message: str) -> WireError:

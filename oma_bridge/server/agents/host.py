@@ -5,8 +5,9 @@ It holds the open agents, the sessions read back at start that wait for an
 store they persist to.  It opens an agent from a declared profile plus the
 client's overrides (:mod:`.overrides`), brings a persisted one back with its
 history, journal and downstream session, closes one (``forget`` also deletes
-its files), and saves what a finished turn changed.  It does not run turns:
-:class:`~.runs.Runs` queues them and ``turns`` runs them.
+its files), forks one (:mod:`.fork`), and saves what a finished turn
+changed.  It does not run turns: :class:`~.runs.Runs` queues them and
+``turns`` runs them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from oma_bridge.errors import InvalidMessageError, WireError
 from oma_bridge.results import AgentRunResult
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
 from oma_bridge.server.agents.client_calls import client_forwarder
+from oma_bridge.server.agents.fork import fork_hosted
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.overrides import agent_config
 from oma_bridge.server.agents.registry import HostedAgent
@@ -188,6 +190,22 @@ class AgentHost:
         logger.info("agent %s resumed (profile %s) by %s", agent_id, persisted.profile, session.id)
         return hosted
 
+    async def fork(self, session: Session, parent: HostedAgent) -> HostedAgent:
+        """A fork of ``parent`` used by ``session``, persisted (PROTOCOL §22.4: :mod:`.fork`)."""
+
+        def host(agent_id: str, history: list[Any], backend_update: dict[str, Any]) -> HostedAgent:
+            return self._host(
+                session,
+                agent_id,
+                parent.profile_name,
+                parent.overrides,
+                history=history,
+                backend_update=backend_update,
+            )
+
+        known = self.profile_capabilities().get(parent.profile_name)
+        return await fork_hosted(parent, host, self.store, known)
+
     def _host(
         self,
         session: Session,
@@ -234,6 +252,8 @@ class AgentHost:
             hooks=flags,
             owner=session if flags.beforeRun or flags.afterRun else None,
             journal=self._journal(agent_id),
+            overrides=overrides,
+            backend_update=dict(backend_update or {}),
         )
         self.agents[agent_id] = hosted
         hosted.use(session)

@@ -15,7 +15,7 @@ from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.watchers import Watcher, check_cursor
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
-from oma_bridge.wire.params import HookFlags
+from oma_bridge.wire.params import AgentOverrides, HookFlags
 
 
 class PacedReader(Protocol):
@@ -74,6 +74,10 @@ class HostedAgent(HookTarget):
     #: Readers the agent's runs wait for before journaling an event (ACP facade
     #: clients: an update is never trimmed from under one that keeps reading).
     paced: set[PacedReader] = field(default_factory=set)
+    #: The client's overrides and the backend settings the daemon chose (an ACP
+    #: client's folder, its MCP servers) it was made with: a fork is made alike.
+    overrides: AgentOverrides = field(default_factory=AgentOverrides)
+    backend_update: dict[str, Any] = field(default_factory=dict)
     #: What ``session/list`` shows: ``cwd``, ``title``, ``updatedAt``.
     meta: dict[str, Any] = field(default_factory=dict)
     idle_since: float | None = None

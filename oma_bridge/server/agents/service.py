@@ -160,6 +160,7 @@ class AgentService:
         ):
             registry.add(name, handler, inline=True)
         registry.add("agent/open", self.open_agent)
+        registry.add("agent/fork", self.fork_agent)
         registry.add("agent/run", self.run_agent_turn)
         registry.add("agent/stream", self.run_agent_turn_streaming)
         registry.add("agent/prompt", self.prompt)
@@ -185,6 +186,11 @@ class AgentService:
             "agent %s opened (profile %s) by %s", hosted.agent_id, request.profile, session.id
         )
         return {"agentId": hosted.agent_id}
+
+    async def fork_agent(self, session: Session, params: Any) -> dict[str, Any]:
+        """``agent/fork`` (PROTOCOL §22.4): ``fork.py``."""
+        parent = self.host.get(parse_params(AgentIdParams, params).agentId)
+        return {"agentId": (await self.host.fork(session, parent)).agent_id}
 
     # -- runs on an agent ----------------------------------------------------------
 
