@@ -42,10 +42,12 @@ def fork_advertised(host: AgentHost, profile: str | None) -> bool:
     agents = host.config.agents
     default = host.settings.acp_default_profile
     names = [profile] if profile else [default] if default else list(agents)
-    known = host.profile_capabilities()
-    return bool(names) and all(
-        name in agents and can_fork(agents[name].kind, known.get(name)) for name in names
-    )
+    if not names or any(name not in agents for name in names):
+        return False
+    # Only acp profiles need what their agents said (read from every open agent).
+    acp = any(agents[name].kind == "acp" for name in names)
+    known = host.profile_capabilities() if acp else {}
+    return all(can_fork(agents[name].kind, known.get(name)) for name in names)
 
 
 def _check_folder(parent: HostedAgent, cwd: object) -> None:
