@@ -19,16 +19,33 @@ Between runs only: a run in flight would leave the fork half a turn.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from oma_bridge.agent.config import AgentConfig
 from oma_bridge.backends.acp.config import AcpConfig
 from oma_bridge.errors import BackendError
+from oma_bridge.messages import LLMMessage
 
-if TYPE_CHECKING:
-    from oma_bridge.agent.agent import Agent
+__all__ = ["Forkable", "advertises_fork", "fork_config"]
 
-__all__ = ["advertises_fork", "fork_config"]
+
+class Forkable(Protocol):
+    """What a fork is made of: an :class:`~oma_bridge.Agent` (a protocol, so that this
+    module and the agent's do not import each other)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def active_run_ids(self) -> list[str]: ...
+
+    config: AgentConfig
+
+    def get_history(self) -> list[LLMMessage]: ...
+
+    def advertised(self) -> dict[str, Any] | None: ...
+
+    async def session_request(self, method: str, params: dict[str, Any]) -> Any: ...
 
 
 def advertises_fork(advertised: dict[str, Any] | None) -> bool | None:
@@ -39,7 +56,7 @@ def advertises_fork(advertised: dict[str, Any] | None) -> bool | None:
     return isinstance(caps, dict) and isinstance(caps.get("fork"), dict)
 
 
-async def fork_config(agent: Agent) -> AgentConfig:
+async def fork_config(agent: Forkable) -> AgentConfig:
     """The config of a new agent that starts where ``agent`` is (see the module docstring)."""
     if agent.active_run_ids:
         raise BackendError(
