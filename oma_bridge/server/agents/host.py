@@ -131,6 +131,13 @@ class AgentHost:
             return finished.to_wire()
         raise not_found(f'no finished run with id "{run_id}" in any journal')
 
+    def attach(self, session: Session, agent_id: str) -> None:
+        """``agent/attach``: ``session`` uses the agent, and owns its hooks when it has any."""
+        hosted = self.get(agent_id)
+        check_declared_hooks(session, hosted.hooks)
+        hosted.owner = session if hosted.uses_hooks else hosted.owner
+        hosted.use(session)
+
     # -- opening -----------------------------------------------------------------
 
     def open(

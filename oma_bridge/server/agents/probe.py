@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
+from typing import Any
 
 import anyio
 
 from oma_bridge.agent import Agent
 from oma_bridge.errors import OMAError
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
+from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.overrides import agent_config
 from oma_bridge.server.agents.status import AGENT_ID_LABEL
 from oma_bridge.server.config import ServerSection
-from oma_bridge.server.profiles import Profile
+from oma_bridge.server.profiles import Profile, agent_profile_infos
 from oma_bridge.wire.codes import invalid_params, not_found
 
-__all__ = ["MAX_PROBES", "PROBE_TIMEOUT_S", "probe_profiles", "probed_names"]
+__all__ = ["MAX_PROBES", "PROBE_TIMEOUT_S", "probe_infos", "probe_profiles", "probed_names"]
 
 logger = logging.getLogger("oma_bridge.server")
 
@@ -84,3 +86,12 @@ async def probe_profiles(
         for name in names:
             tg.start_soon(probe, name)
     return problems
+
+
+async def probe_infos(asked: Collection[str] | None, host: AgentHost) -> list[dict[str, Any]]:
+    """``agents/probe``'s answer: ``agents/list``'s rows once each asked acp agent started once."""
+    profiles = host.config.agents
+    problems = await probe_profiles(
+        probed_names(asked, profiles), profiles, host.settings, host.capabilities
+    )
+    return agent_profile_infos(profiles, host.profile_capabilities(), problems)

@@ -230,6 +230,11 @@ class Runs:
             if run.agent_id == agent_id:
                 self.cancel(run)
 
+    def cancel_all(self) -> None:
+        """Cancel every live run, queued or running (the daemon stops)."""
+        for run in list(self.live.values()):
+            self.cancel(run)
+
     def cancel(self, run: LiveRun) -> bool:
         run.cancel_requested = True
         if run.started_at is None:

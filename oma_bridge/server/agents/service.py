@@ -14,8 +14,7 @@ owners are built here, once, and take only what they use:
   when the request arrives, so bad input is answered -32010 before anything
   is queued;
 * :class:`~.remote.Remote`: hooks and permission prompts as requests to clients;
-* :mod:`.one_off` and :mod:`.teams`: ``oma/runAgent``, ``oma/runTasks`` and
-  ``oma/runTeam`` through the library's orchestrator.
+* :mod:`.one_off` and :mod:`.teams`: the orchestrator's runs (``oma/*``).
 """
 
 from __future__ import annotations
@@ -38,10 +37,10 @@ from oma_bridge.errors import InvalidMessageError
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
-from oma_bridge.server.agents.host import AgentHost, check_declared_hooks
+from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.one_off import OneOffMethods, build_orchestrator
 from oma_bridge.server.agents.overrides import check_forbidden
-from oma_bridge.server.agents.probe import probe_profiles, probed_names
+from oma_bridge.server.agents.probe import probe_infos
 from oma_bridge.server.agents.remote import Remote
 from oma_bridge.server.agents.runs import Runs
 from oma_bridge.server.agents.side_effects import audit_observer
@@ -54,7 +53,6 @@ from oma_bridge.server.audit import AUDIT_NAME, AuditLog
 from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.metrics import Metrics, Recorder
-from oma_bridge.server.profiles import agent_profile_infos
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import invalid_message
 from oma_bridge.wire.params import (
@@ -206,12 +204,11 @@ class AgentService:
     async def _run_on_agent(self, session: Session, params: Any, mode: TurnMode) -> dict[str, Any]:
         request = parse_params(RunParams, params)
         hosted = self.host.get(request.agentId)
+        agent = hosted.agent
         try:
             prepared: PreparedInput | PreparedPrompt = (
-                hosted.agent.prepare_prompt(request.input)
-                if mode == "agent/prompt"
-                else hosted.agent.prepare(request.input)
-            )
+                agent.prepare_prompt if mode == "agent/prompt" else agent.prepare
+            )(request.input)
         except InvalidMessageError as error:
             raise invalid_message(error) from None
         result = await self.turns.turn(
@@ -226,7 +223,7 @@ class AgentService:
         )
         return result.to_wire()
 
-    # -- watching ------------------------------------------------------------------
+    # -- watching and results --------------------------------------------------------
 
     async def watch(self, session: Session, params: Any) -> dict[str, Any]:
         request = parse_params(WatchParams, params)
@@ -239,8 +236,6 @@ class AgentService:
 
     async def run_result(self, session: Session, params: Any) -> dict[str, Any]:
         return self.host.result_of(parse_params(RunIdParams, params).runId)
-
-    # -- the quick methods ---------------------------------------------------------
 
     async def history(self, session: Session, params: Any) -> dict[str, Any]:
         hosted = self.host.get(parse_params(AgentIdParams, params).agentId)
@@ -257,10 +252,7 @@ class AgentService:
         return {}
 
     async def attach(self, session: Session, params: Any) -> dict[str, Any]:
-        hosted = self.host.get(parse_params(AgentIdParams, params).agentId)
-        check_declared_hooks(session, hosted.hooks)
-        hosted.owner = session if hosted.uses_hooks else hosted.owner
-        hosted.use(session)
+        self.host.attach(session, parse_params(AgentIdParams, params).agentId)
         return {}
 
     async def cancel_run(self, session: Session, params: Any) -> dict[str, Any]:
@@ -286,12 +278,8 @@ class AgentService:
 
     async def probe(self, session: Session, params: Any) -> dict[str, Any]:
         """``agents/probe`` (extension): ``agents/list`` once each asked acp agent started once."""
-        config = self.config
-        names = probed_names(parse_params(ProbeParams, params).profiles, config.agents)
-        capabilities = self.host.capabilities
-        problems = await probe_profiles(names, config.agents, self.settings, capabilities)
-        infos = agent_profile_infos(config.agents, self.profile_capabilities(), problems)
-        return {"agents": infos}
+        asked = parse_params(ProbeParams, params).profiles
+        return {"agents": await probe_infos(asked, self.host)}
 
     async def audit_tail(self, session: Session, params: Any) -> dict[str, Any]:
         """``daemon/audit`` (extension, for the status page): the newest audit records."""
@@ -302,8 +290,7 @@ class AgentService:
 
     async def aclose(self) -> None:
         """Cancel every run and close every agent (their processes end); keep their sessions."""
-        for run in list(self.runs.live.values()):
-            self.runs.cancel(run)
+        self.runs.cancel_all()
         await self.host.close_all()
         with anyio.CancelScope(shield=True):
             await self.orchestrator.shutdown(self.settings.stop_grace_s)
