@@ -68,9 +68,18 @@ _NEXT_NOTIFICATION = b"\n" + _NOTIFICATION_PREFIX
 class Unreachable(Exception):
     """No daemon answers where the shim looked (the reason is the message)."""
 
+    name, exit_status = "Unreachable", 3
+
 
 class Refused(Exception):
-    """The daemon answered the upgrade with an HTTP error (an unknown profile: 404)."""
+    """The daemon answered the upgrade with an HTTP error: an unknown profile (404),
+    a token it does not take (401, 403)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+        self.name = "NotFound" if status == 404 else "Forbidden"
+        self.exit_status = 2 if status == 404 else 4
 
 
 def _say(message: str) -> None:
@@ -84,8 +93,10 @@ async def _upgrade(opening: Awaitable[ClientConnection], profile: str) -> Client
     except InvalidStatus as error:
         status = error.response.status_code
         if status == 404:
-            raise Refused(f'the daemon has no agent profile named "{profile}"') from None
-        raise Refused(f"the daemon refused the connection: HTTP {status}") from None
+            raise Refused(
+                f'the daemon has no agent profile named "{profile}"', status=status
+            ) from None
+        raise Refused(f"the daemon refused the connection: HTTP {status}", status=status) from None
     except (OSError, ConnectionClosed, TimeoutError) as error:
         raise Unreachable(f"cannot connect to the daemon: {error}") from None
 
@@ -303,8 +314,26 @@ def _write(line: bytes) -> None:
     out.flush()
 
 
-async def _refuse_first_request(reason: str) -> None:
-    """Answer the client's first request (its ``initialize``) with an error naming ``reason``."""
+async def _refuse_first_request(reason: Unreachable | Refused) -> None:
+    """Answer the client's first request (its ``initialize``) with an error naming ``reason``.
+
+    With the code that says what happened (PROTOCOL §18.3, docs/errors.md):
+    -32000 no daemon reachable, -32011 an unknown profile, -32012 a refused
+    token; ``data.details`` is the message, which ACP clients show.
+    """
+    # Imported here: the shim's every other path starts without the rpc package.
+    from oma_bridge.wire.codes import FORBIDDEN, NOT_FOUND, UNREACHABLE
+
+    if isinstance(reason, Unreachable):
+        code = UNREACHABLE
+    else:
+        code = NOT_FOUND if reason.status == 404 else FORBIDDEN
+    text = f"oma-bridge: {reason}"
+    error = {
+        "code": code,
+        "message": text,
+        "data": {"name": reason.name, "details": text},
+    }
     stdin = await _Stdin().open()
     with contextlib.suppress(_LineTooLong, BrokenPipeError):
         while line := await stdin.readline():
@@ -313,7 +342,6 @@ async def _refuse_first_request(reason: str) -> None:
             except ValueError:
                 continue
             if isinstance(message, dict) and "id" in message and "method" in message:
-                error = {"code": -32603, "message": f"oma-bridge: {reason}"}
                 _write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}).encode())
                 return
 
@@ -431,8 +459,8 @@ async def _main(args: Any) -> int:
         ws = await _connect(args.profile, args)
     except (Unreachable, Refused) as error:
         _say(str(error))
-        await _refuse_first_request(str(error))
-        return 3 if isinstance(error, Unreachable) else 2
+        await _refuse_first_request(error)
+        return error.exit_status
     except OSError as error:  # --token-file that cannot be read
         _say(str(error))
         return 2

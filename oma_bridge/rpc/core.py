@@ -40,6 +40,7 @@ __all__ = [
     "RpcCore",
     "encode",
     "encode_notification",
+    "error_data",
     "id_key",
 ]
 
@@ -110,10 +111,25 @@ class Event:
     detail: str = ""
 
 
+def error_data(message: str, data: Any = None) -> Any:
+    """``data`` of an error answer: ``data.details`` is the message (PROTOCOL §18.3).
+
+    ACP clients (Toad, the TypeScript SDK) show an error's ``data.details``,
+    not its ``message``.  Every error answer is built here, so each carries
+    it beside its other keys (``name``, ``code``...).  A ``details`` string
+    already there is kept: an ACP agent's own error relayed as it is said
+    more there than in its message.  ``data`` that is not an object (a
+    relayed agent's list or string) is left as it came.
+    """
+    if data is None:
+        return {"details": message}
+    if isinstance(data, dict) and not isinstance(data.get("details"), str):
+        return {**data, "details": message}
+    return data
+
+
 def _error_message(request_id: RequestId, code: int, message: str, data: Any = None) -> Message:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
+    error: dict[str, Any] = {"code": code, "message": message, "data": error_data(message, data)}
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "RUN_IN_PROGRESS",
     "SANDBOX_UNAVAILABLE",
     "SUBPROTOCOL",
+    "UNREACHABLE",
     "UNSUPPORTED_VERSION",
     "Discovery",
     "forbidden",
@@ -62,6 +63,10 @@ FORBIDDEN = -32012
 CURSOR_EXPIRED = -32013
 RUN_IN_PROGRESS = -32014
 SANDBOX_UNAVAILABLE = -32015
+#: The ACP shim's answer when no daemon can be reached (PROTOCOL §18.3): not
+#: -32603, which some editors hide as an internal error.  The daemon itself
+#: never sends it (it is the daemon that is missing).
+UNREACHABLE = -32000
 
 
 class Discovery(TypedDict):

@@ -381,11 +381,15 @@ class WatchResult(TypedDict):
 class CursorExpiredData(TypedDict):
     name: Literal["CursorExpired"]
     oldestSeq: int
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 @with_config(_CLOSED)
 class RunInProgressData(TypedDict):
     running: Literal[True]
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 @with_config(_CLOSED)
@@ -393,6 +397,8 @@ class SandboxUnavailableData(TypedDict):
     name: Literal["SandboxUnavailable"]
     #: Why: no bubblewrap binary, user namespaces refused (the message adds the fix).
     reason: str
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 # ---------------------------------------------------------------------------
@@ -892,9 +898,12 @@ class CancelRequestParams(TypedDict):
 
 @with_config(_CLOSED)
 class EnvelopeErrorData(TypedDict):
-    """Extension on -32700 / -32600: a short reason, never the input."""
+    """Extension on -32700 / -32600: a short reason, never the input (none on a second
+    ``initialize``, a request whose envelope was fine)."""
 
-    detail: str
+    detail: NotRequired[str]
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 @with_config(_CLOSED)
@@ -907,16 +916,22 @@ class ParamsErrorItem(TypedDict):
 @with_config(_CLOSED)
 class InvalidParamsData(TypedDict):
     errors: list[ParamsErrorItem]
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 @with_config(_CLOSED)
 class OverloadedData(TypedDict):
     retryAfterMs: int
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 @with_config(_CLOSED)
 class UnsupportedVersionData(TypedDict):
     supported: list[int]
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 @with_config(_CLOSED)
@@ -924,16 +939,29 @@ class InvalidMessageData(TypedDict):
     name: Literal["InvalidMessageError"]
     code: Literal["INVALID_MESSAGE"]
     message: str
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 @with_config(_CLOSED)
 class NotFoundData(TypedDict):
     name: Literal["NotFound"]
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
 
 
 @with_config(_CLOSED)
 class ForbiddenData(TypedDict):
     name: Literal["Forbidden"]
+    #: The error's message again (PROTOCOL §18.3): ACP clients show this one.
+    details: str
+
+
+@with_config(_CLOSED)
+class ErrorDetailsData(TypedDict):
+    """The data of an error with no other keys: its message, for ACP clients (§18.3)."""
+
+    details: str
 
 
 # ---------------------------------------------------------------------------
@@ -1153,12 +1181,14 @@ ERRORS: dict[int, ErrorSpec] = {
     -32600: ErrorSpec(
         "Invalid Request", EnvelopeErrorData, "not a JSON-RPC request; a second initialize"
     ),
-    -32601: ErrorSpec("Method not found: <method>", None, "unknown method"),
+    -32601: ErrorSpec("Method not found: <method>", ErrorDetailsData, "unknown method"),
     -32602: ErrorSpec("Invalid params", InvalidParamsData, "params of the wrong shape"),
-    -32603: ErrorSpec("Internal error", None, "a bug; logged with a trace"),
-    -32800: ErrorSpec("Request cancelled", None, "the client sent $/cancel_request for it"),
+    -32603: ErrorSpec("Internal error", ErrorDetailsData, "a bug; logged with a trace"),
+    -32800: ErrorSpec(
+        "Request cancelled", ErrorDetailsData, "the client sent $/cancel_request for it"
+    ),
     -32001: ErrorSpec("Overloaded: too many runs queued", OverloadedData, "past max_queued_runs"),
-    -32002: ErrorSpec("Not initialized", None, "a request before initialize"),
+    -32002: ErrorSpec("Not initialized", ErrorDetailsData, "a request before initialize"),
     -32003: ErrorSpec(
         "Unsupported protocol version", UnsupportedVersionData, "initialize with another version"
     ),

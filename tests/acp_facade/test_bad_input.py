@@ -164,7 +164,8 @@ async def test_cwd_outside_the_workspace_roots(
         for cwd in (outside, sneaky, Path("/")):
             answer = await client.call("session/new", {"cwd": str(cwd), "mcpServers": []})
             assert answer["error"]["code"] == -32012, answer
-            assert answer["error"]["data"] == {"name": "Forbidden"}
+            error = answer["error"]
+            assert error["data"] == {"name": "Forbidden", "details": error["message"]}
             assert str(facade.work) in answer["error"]["message"]  # it names the roots
         relative = await client.call("session/new", {"cwd": "work", "mcpServers": []})
         assert relative["error"]["code"] == -32602
@@ -195,10 +196,16 @@ async def test_unknown_sessions_and_methods(
             }
             answer = await client.call(method, params)
             assert answer["error"]["code"] == -32602, method
-            assert answer["error"]["data"] == {"name": "NotFound"}
+            assert answer["error"]["data"] == {
+                "name": "NotFound",
+                "details": "Unknown session: agt_nope",
+            }
         # Another profile's session is not this door's to touch.
         answer = await client.call("session/close", {"sessionId": theirs})
-        assert answer["error"]["data"] == {"name": "NotFound"}
+        assert answer["error"]["data"] == {
+            "name": "NotFound",
+            "details": f"Unknown session: {theirs}",
+        }
         session_id = await client.new(facade.work)
         mode = await client.call("session/set_mode", {"sessionId": session_id, "modeId": "x"})
         assert mode["error"]["code"] == -32601

@@ -284,7 +284,8 @@ async def test_settings_reach_the_agents_live_session(facade: Facade) -> None:
     assert mode["result"] == {"_meta": {"scenario/mode": "plan"}}  # the agent's answer, as it is
     assert option["result"] == {"configOptions": []}
     assert bad["error"]["code"] == -32602  # the agent's own error, relayed
-    assert bad["error"]["data"] == {"modeId": "no such mode"}
+    # The agent's data, and its message as details (PROTOCOL §18.3).
+    assert bad["error"]["data"] == {"modeId": "no such mode", "details": bad["error"]["message"]}
     assert turn["result"] == {"stopReason": "end_turn"}
     # One agent process served the settings and the turn, in the same session.
     async with connect(discovery_dir=facade.runtime / "oma-bridge") as ours:
@@ -311,7 +312,10 @@ async def test_settings_of_llm_and_process_profiles_are_method_not_found(facade:
                     assert "only acp profiles" in answer["error"]["message"]
                 nobody = {"sessionId": "agt_0", "modeId": "x"}
                 unknown = await client.call("session/set_mode", nobody)
-                assert unknown["error"]["data"] == {"name": "NotFound"}
+                assert unknown["error"]["data"] == {
+                    "name": "NotFound",
+                    "details": "Unknown session: agt_0",
+                }
         finally:
             await client.close()
     assert not facade.marker.exists()

@@ -65,7 +65,11 @@ async def test_a_turn_that_raises_is_an_internal_error_not_the_daemons_end(
         with monkeypatch.context() as patch:
             patch.setattr(Agent, "prompt", boom)
             answer = await victim.prompt(session_id, text("hello"))
-        assert answer["error"] == {"code": -32603, "message": "Internal error"}
+        assert answer["error"] == {
+            "code": -32603,
+            "message": "Internal error",
+            "data": {"details": "Internal error"},
+        }
         assert "deep in the agent" not in json.dumps(answer)
         # The daemon lives on: the same session, and a new connection, still work.
         again = await victim.prompt(session_id, text("hello again"))

@@ -236,4 +236,5 @@ def test_list_and_close(facade: Facade) -> None:
         facade.env,
     )
     error = gone.error("prompt")
-    assert error["code"] == -32602 and error["data"] == {"name": "NotFound"}
+    assert error["code"] == -32602
+    assert error["data"] == {"name": "NotFound", "details": f"Unknown session: {first}"}

@@ -71,8 +71,9 @@ def test_no_autostart_answers_initialize_with_the_cause(
     run = run_shim(facade.shim("echo", "--no-autostart"), no_daemon, INITIALIZE)
     assert run.returncode == 3
     error = run.answer(0)["error"]
-    assert error["code"] == -32603
+    assert error["code"] == -32000  # PROTOCOL §18.3: not -32603, an internal error
     assert error["message"].startswith("oma-bridge: no daemon is running (no ")
+    assert error["data"] == {"name": "Unreachable", "details": error["message"]}
     assert no_daemon["XDG_RUNTIME_DIR"] in error["message"]  # where it looked
     assert "no daemon is running" in run.stderr
     runtime = Path(no_daemon["XDG_RUNTIME_DIR"])
@@ -105,9 +106,10 @@ def test_autostart_starts_a_daemon_that_stays(facade: Facade, no_daemon: dict[st
 def test_an_unknown_profile_is_named(facade: Facade) -> None:
     run = run_shim(facade.shim("nope"), facade.env, INITIALIZE)
     assert run.returncode == 2
-    assert run.answer(0)["error"]["message"] == (
-        'oma-bridge: the daemon has no agent profile named "nope"'
-    )
+    error = run.answer(0)["error"]
+    assert error["message"] == 'oma-bridge: the daemon has no agent profile named "nope"'
+    assert error["code"] == -32011
+    assert error["data"] == {"name": "NotFound", "details": error["message"]}
 
 
 def test_answers_still_come_after_stdin_ends(facade: Facade, tmp_path: Path) -> None:

@@ -42,8 +42,13 @@ def check_refusal(run: TsClientRun) -> None:
     assert text_turn["result"] == {"stopReason": "end_turn"}
     error = image_turn["error"]
     assert error["code"] == -32602
-    assert error["data"] == {"name": "InvalidMessageError", "code": "INVALID_MESSAGE"}
     assert error["message"] == 'prompt[1] is an image block; profile "demo" carries text only'
+    # details: what Toad and the TypeScript SDK show (PROTOCOL §18.3).
+    assert error["data"] == {
+        "name": "InvalidMessageError",
+        "code": "INVALID_MESSAGE",
+        "details": error["message"],
+    }
     assert [line["index"] for line in run.of("step") if not line["ok"]] == [3]
 
 

@@ -54,7 +54,7 @@ async def test_echo_run_stream_prompt_history_reset_close(short_dir: Path) -> No
         with pytest.raises(DaemonError) as caught:
             await agent.run("gone")
         assert caught.value.rpc_code == -32011
-        assert caught.value.data == {"name": "NotFound"}
+        assert caught.value.data == {"name": "NotFound", "details": caught.value.message}
 
 
 async def test_error_codes_of_the_contract(short_dir: Path) -> None:
@@ -75,7 +75,7 @@ async def test_error_codes_of_the_contract(short_dir: Path) -> None:
                 await client.request(method, params)
             assert caught.value.rpc_code == code, (method, params, caught.value)
         forbidden = await _error(client, "agent/open", {"profile": "echo", "config": {"env": {}}})
-        assert forbidden.data == {"name": "Forbidden"}
+        assert forbidden.data == {"name": "Forbidden", "details": forbidden.message}
         agent = await client.open("echo")
         for bad in (5, {"text": "x"}, None):
             error = await _error(client, "agent/run", {"agentId": agent.agent_id, "input": bad})
@@ -279,7 +279,7 @@ async def test_overload_past_the_queue_limit(short_dir: Path) -> None:
             await anyio.sleep(0.2)
             error = await _error(client, "agent/run", {"agentId": agent.agent_id, "input": "c"})
             assert error.rpc_code == -32001
-            assert error.data == {"retryAfterMs": 1000}
+            assert error.data == {"retryAfterMs": 1000, "details": error.message}
             await client.cancel("b")
             await client.cancel("a")
 

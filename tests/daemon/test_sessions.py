@@ -407,7 +407,7 @@ async def test_a_continued_process_run_finishes_after_its_client_left(short_dir:
                 leaver.abort()
             running = await observer.error("run/result", {"runId": "r-bg"})
             assert running["code"] == -32014
-            assert running["data"] == {"running": True}
+            assert running["data"] == {"running": True, "details": running["message"]}
             await observer.wait_for(ended("r-bg"), within=15)
             result = await observer.result("run/result", {"runId": "r-bg"})
             assert result["success"], result
@@ -415,7 +415,8 @@ async def test_a_continued_process_run_finishes_after_its_client_left(short_dir:
             # It ended by itself (exit 0), not by a kill: psutil saw it exit.
             assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
             unknown = await observer.error("run/result", {"runId": "never-was"})
-            assert unknown["code"] == -32011 and unknown["data"] == {"name": "NotFound"}
+            assert unknown["code"] == -32011
+            assert unknown["data"] == {"name": "NotFound", "details": unknown["message"]}
 
 
 async def test_a_continued_stream_outlives_its_client_and_its_text_is_whole(
@@ -452,7 +453,11 @@ async def test_cursor_errors(short_dir: Path) -> None:
             # 9 entries written, the newest 5 kept: seqs 5..9.
             expired = await client.error("agent/watch", {"agentId": agent_id, "afterSeq": 3})
             assert expired["code"] == -32013
-            assert expired["data"] == {"name": "CursorExpired", "oldestSeq": 5}
+            assert expired["data"] == {
+                "name": "CursorExpired",
+                "oldestSeq": 5,
+                "details": expired["message"],
+            }
             # afterSeq = oldestSeq - 1 is still whole.
             caught_up = await client.result("agent/watch", {"agentId": agent_id, "afterSeq": 4})
             assert caught_up == {"seq": 9}

@@ -283,6 +283,7 @@ async def test_structured_text_is_refused_before_anything_happens(short_dir: Pat
                 "name": "InvalidMessageError",
                 "code": "INVALID_MESSAGE",
                 "message": error["message"],
+                "details": error["message"],
             }
         assert answers[0]["message"].startswith('Task "B": description must be a string (got list)')
         assert answers[1]["message"].startswith('Task "A": description must be a string (got dict)')

@@ -197,6 +197,7 @@ async def test_a_missing_binary_refuses_the_run_before_anything_is_spawned(
         assert error["data"] == {
             "name": "SandboxUnavailable",
             "reason": f'no bubblewrap binary: "{folder}/no/bwrap" not found',
+            "details": error["message"],
         }
         assert "apt install bubblewrap" in error["message"]
         assert "[server] bwrap" in error["message"]

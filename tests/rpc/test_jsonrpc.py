@@ -189,7 +189,9 @@ async def test_peer_round_trip_and_concurrent_slow_handler() -> None:
             assert await client.request("echo", [1]) == {"echo": [1]}
             with pytest.raises(WireError) as info:
                 await client.request("fail")
-            assert (info.value.rpc_code, info.value.data) == (-32002, {"path": "x"})
+            # Every error answer carries its message as data.details (PROTOCOL §18.3).
+            error = info.value
+            assert (error.rpc_code, error.data) == (-32002, {"path": "x", "details": error.message})
             with pytest.raises(WireError) as info:
                 await client.request("boom")
             assert info.value.rpc_code == -32603

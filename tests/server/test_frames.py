@@ -60,7 +60,11 @@ async def test_every_method_is_refused_before_initialize(short_dir: Path) -> Non
             assert answer == {
                 "jsonrpc": "2.0",
                 "id": number,
-                "error": {"code": -32002, "message": "Not initialized"},
+                "error": {
+                    "code": -32002,
+                    "message": "Not initialized",
+                    "data": {"details": "Not initialized"},
+                },
             }
         # The connection stayed open: initialize still works.
         await initialize(ws)
@@ -98,7 +102,7 @@ async def test_initialize_errors(short_dir: Path) -> None:
         assert answer["error"] == {
             "code": -32003,
             "message": "Unsupported protocol version",
-            "data": {"supported": [1]},
+            "data": {"supported": [1], "details": "Unsupported protocol version"},
         }
         answer = await call(ws, "initialize", {"protocolVersion": 1})
         assert answer["error"]["code"] == -32602
@@ -126,6 +130,7 @@ async def test_malformed_frames(short_dir: Path) -> None:
         assert answer["error"] == {
             "code": -32601,
             "message": "Method not found: no/such/method",
+            "data": {"details": "Method not found: no/such/method"},
         }
 
 
@@ -231,9 +236,14 @@ async def test_plugged_methods_notify_ask_and_fail_cleanly(short_dir: Path) -> N
         assert bad["error"]["code"] == -32602
         assert bad["error"]["data"]["errors"][0]["loc"] == ["text"]
         failed = await call(ws, "test/fail", request_id=3)
-        assert failed["error"] == {"code": -32603, "message": "Internal error"}
+        assert failed["error"] == {
+            "code": -32603,
+            "message": "Internal error",
+            "data": {"details": "Internal error"},
+        }
         refused = await call(ws, "test/refuse", request_id=4)
-        assert refused["error"]["data"] == {"name": "Forbidden"}
+        error = refused["error"]
+        assert error["data"] == {"name": "Forbidden", "details": error["message"]}
         # The daemon asks the client; the client answers; the method returns it.
         question = await call(ws, "test/ask", request_id=5)
         assert question["method"] == "test/question"

@@ -113,8 +113,6 @@ class _Connection:
             # -32600, as the ACP SDKs answer: in ACP, -32002 (this daemon's own
             # "not initialized") means "resource not found".
             raise WireError(INVALID_REQUEST, f"Invalid Request: send initialize before {method!r}")
-        if not isinstance(params, dict):
-            raise _bad("params must be an object")
         handler = {
             "authenticate": self._authenticate,
             "session/new": self._new,
@@ -127,8 +125,10 @@ class _Connection:
             "session/set_mode": self._set_mode,
             "session/set_config_option": self._set_config_option,
         }.get(method)
-        if handler is None:
+        if handler is None:  # before the params: an unknown method is -32601 whatever they are
             raise WireError(METHOD_NOT_FOUND, f"Method not found: {method}")
+        if not isinstance(params, dict):
+            raise _bad("params must be an object")
         try:
             return await handler(session, params)
         except WireError:
