@@ -19,7 +19,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from acp_facade.harness import RawClient, text
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import unix_connect
 
 from oma_bridge.client import connect
 from oma_bridge.orchestration.tasks import TaskSpec
@@ -259,6 +261,22 @@ async def test_a_team_run_is_one_run_of_kind_team(short_dir: Path) -> None:
     assert runs == {frozenset({("profile", ""), ("kind", "team"), ("status", "ok")}): 1}
     spent = team.token_usage.output_tokens
     assert (of(samples, "oma_bridge_tokens_total", profile="", direction="output") or 0) == spent
+
+
+async def test_a_facade_prompt_is_a_run_of_its_profile(short_dir: Path) -> None:
+    async with daemon(short_dir, server=TCP) as running:
+        with anyio.fail_after(30):
+            ws = await unix_connect(str(short_dir / "bridge.sock"), "ws://localhost/acp/echo")
+            editor = RawClient(ws)
+            await editor.initialize()
+            session_id = await editor.new("/tmp")
+            for words in ("hello", "hello again"):
+                answer = await editor.prompt(session_id, text(words))
+                assert answer["result"] == {"stopReason": "end_turn"}, answer
+            await editor.close()
+        samples, _ = parse((await scrape(running, Authorization=f"Bearer {running.token}")).text)
+    runs = by_label(samples, "oma_bridge_runs_total")
+    assert runs == {frozenset({("profile", "echo"), ("kind", "llm"), ("status", "ok")}): 2}
 
 
 async def test_metrics_need_the_token(short_dir: Path) -> None:
