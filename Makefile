@@ -33,7 +33,7 @@ bench: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,soak]'
-	$(BIN)/python bench/soak.py --minutes 30 --clients 20 --out bench/out/soak
+	$(BIN)/python bench/soak.py --minutes 30 --clients 20 --churn 4 --out bench/out/soak
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

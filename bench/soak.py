@@ -9,6 +9,12 @@ spawns a fresh agent).  Every client reconnects (closing its agents first)
 every ``RECONNECT_EVERY`` calls, so connections and ACP agents churn too.
 Every run must succeed with the expected output.
 
+``--churn`` more clients (0 by default; ``make soak`` runs 4) follow the
+pattern of clients that come and go (PROTOCOL §23): each, in a loop,
+connects, opens an echo agent, streams a ``CHURN_WORDS``-word prompt
+(that many journal entries), closes the agent and disconnects.  A daemon
+that keeps anything of a client that left grows with their count.
+
 Every ``--sample-every`` seconds (10 by default) the daemon's RSS, open fds,
 threads and live child processes (zombies excluded; the supervisor's
 watchdog counts) go into ``OUT/soak.csv``; ``OUT/soak.png`` charts them when
@@ -27,7 +33,7 @@ The verdict ("growth beyond noise"), printed and written to
   loop's worker pool (at most ``THREAD_SLACK`` more; a pool does not shrink).
 * **runs**: none failed.
 
-Run: ``.venv/bin/python bench/soak.py --minutes 30 --clients 20 --out bench/out/soak``
+Run: ``.venv/bin/python bench/soak.py --minutes 30 --clients 20 --churn 4 --out bench/out/soak``
 (``make soak``).  ``tests/soak/`` runs a 2-minute version in ``make test``.
 """
 
@@ -54,6 +60,8 @@ from oma_bridge.client import Client, RemoteAgent, connect
 
 PY = sys.executable
 RECONNECT_EVERY = 40
+#: Words (journal entries) each churning client streams before it leaves.
+CHURN_WORDS = 2000
 THREAD_SLACK = 8
 RSS_NOISE_MB = 5.0
 RSS_NOISE_RATIO = 0.10
@@ -247,6 +255,31 @@ async def client_loop(
                         await agent.close()
 
 
+async def churn_loop(
+    folder: Path, index: int, stop: anyio.Event, tally: Tally, rounds: int | None
+) -> None:
+    """Connect, open, stream, close, disconnect; again, until ``stop`` (or ``rounds``)."""
+    prompt = " ".join(f"churn{index}-{k}" for k in range(CHURN_WORDS))
+    done = 0
+    while not stop.is_set() and (rounds is None or done < rounds):
+        async with connect(discovery_dir=folder, client_name=f"churn-{index}") as client:
+            agent = await client.open("echo")
+            try:
+                handle = agent.stream(prompt)
+                events = 0
+                async for _ in handle:
+                    events += 1
+                result = handle.result
+                assert result is not None
+                tally.check(
+                    "churn stream", result.success, result.output, prompt, f"events={events}"
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await agent.close()
+        done += 1
+
+
 async def idle_until(
     daemon: psutil.Process, baseline: Sample, t0: float, tally: Tally, within: float
 ) -> Sample:
@@ -357,6 +390,7 @@ async def soak(
     pause_s: float = 1.0,
     settle_s: float = 15.0,
     chart: bool = True,
+    churn: int = 0,
 ) -> Verdict:
     """Run the soak; write ``out/soak.csv`` (and ``soak.png``, ``verdict.txt``)."""
     await anyio.Path(out).mkdir(parents=True, exist_ok=True)
@@ -372,6 +406,8 @@ async def soak(
             async with anyio.create_task_group() as tg:
                 for i in range(clients):
                     tg.start_soon(client_loop, folder, i, never, tally, 0.0, 1)
+                for i in range(churn):
+                    tg.start_soon(churn_loop, folder, i, never, tally, 1)
             await anyio.sleep(2)
             baseline = look(daemon, t0, "idle-before", tally)
             samples.append(baseline)
@@ -390,9 +426,12 @@ async def soak(
                 tg.start_soon(sampler)
                 for i in range(clients):
                     tg.start_soon(client_loop, folder, i, stop, tally, pause_s, None)
+                for i in range(churn):
+                    tg.start_soon(churn_loop, folder, i, stop, tally, None)
             samples.append(await idle_until(daemon, baseline, t0, tally, settle_s))
     verdict = judge(samples, tally)
-    title = f"oma-bridge daemon soak: {minutes:g} min, {clients} clients" if chart else None
+    load = f"{clients} clients" + (f" + {churn} churning" if churn else "")
+    title = f"oma-bridge daemon soak: {minutes:g} min, {load}" if chart else None
     write_outputs(out, samples, verdict, title)
     return verdict
 
@@ -412,11 +451,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/out/soak"))
     parser.add_argument("--sample-every", type=float, default=10.0)
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between a client's calls")
+    parser.add_argument("--churn", type=int, default=0, help="clients that come and go (see above)")
     args = parser.parse_args()
     verdict = anyio.run(
         lambda: soak(
             args.minutes, args.clients, args.out,
-            sample_every=args.sample_every, pause_s=args.pause,
+            sample_every=args.sample_every, pause_s=args.pause, churn=args.churn,
         )
     )  # fmt: skip
     print(verdict.text())

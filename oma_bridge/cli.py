@@ -283,11 +283,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     from oma_bridge.logs import configure_logging
     from oma_bridge.server.config import ConfigError, TcpEndpoint, load_config
-    from oma_bridge.server.daemon import run_daemon, tune_gc
+    from oma_bridge.server.daemon import raise_fd_limit, run_daemon, tune_gc
     from oma_bridge.server.listeners import StartupError
 
     configure_logging(args.log_format)
     tune_gc()
+    raise_fd_limit()
     try:
         config = load_config(args.config)
         server: dict[str, Any] = {}

@@ -170,6 +170,11 @@ class Agent:
         return self._backend
 
     @property
+    def status(self) -> str:
+        """``state.status`` without the copy of the history :attr:`state` makes."""
+        return self._state.status
+
+    @property
     def state(self) -> AgentState:
         return AgentState(
             status=self._state.status,

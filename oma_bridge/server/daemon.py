@@ -51,7 +51,14 @@ from oma_bridge.server.remote_profiles import check_remote_profiles
 from oma_bridge.server.sdnotify import Notifier
 from oma_bridge.supervision.supervisor import Supervisor, configure_supervisor, reap_leftovers
 
-__all__ = ["GC_THRESHOLDS", "LiveConfig", "default_state_dir", "run_daemon", "tune_gc"]
+__all__ = [
+    "GC_THRESHOLDS",
+    "LiveConfig",
+    "default_state_dir",
+    "raise_fd_limit",
+    "run_daemon",
+    "tune_gc",
+]
 
 logger = logging.getLogger("oma_bridge.server")
 
@@ -75,6 +82,41 @@ def tune_gc() -> None:
     program that embeds the daemon keeps its own.
     """
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit: ``oma-bridge serve`` calls it at start.
+
+    Every connection, agent pipe and session file is a descriptor, and a
+    soft limit of 1,024 (the usual default) is a daemon that refuses
+    connections at a thousand clients while the hard limit allows far more
+    (PROTOCOL §23).  An unlimited hard limit is taken as the kernel's
+    ``fs.nr_open``.  Returns the soft limit before and after; a limit that
+    cannot be raised stays as it is.  A process setting, so not
+    :func:`run_daemon`'s: a program that embeds the daemon keeps its own.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else _nr_open()
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as error:
+            logger.debug(
+                "cannot raise the soft RLIMIT_NOFILE from %d to %d: %s", soft, target, error
+            )
+            return soft, soft
+        logger.debug("raised the soft RLIMIT_NOFILE from %d to %d (the hard limit)", soft, target)
+        return soft, target
+    return soft, soft
+
+
+def _nr_open() -> int:
+    try:
+        return int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        return 1 << 20
 
 
 class LiveConfig:

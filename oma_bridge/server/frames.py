@@ -58,6 +58,14 @@ class FrameConnection(ServerConnection):
             self.writer.flush()
         super().send_data()
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        # websockets' serve() hands the protocol a select_subprotocol closed
+        # over this connection (a cycle: connection, protocol, closure); the
+        # handshake is long over, and a connection that is gone must not
+        # wait for the cyclic collector (PROTOCOL §23).
+        vars(self.protocol).pop("select_subprotocol", None)
+
 
 class FrameWriter:
     """Writes one connection's text frames; see the module docstring."""
@@ -147,6 +155,16 @@ class FrameWriter:
     def _flush_held(self) -> None:
         self._timer = None
         self.flush()
+
+    def detach(self) -> None:
+        """Write what is queued, then leave the connection: it ends, and nothing more is queued.
+
+        The connection holds its writer until then; detached, neither is part
+        of a reference cycle once the connection is gone (PROTOCOL §23).
+        """
+        self.flush()
+        if isinstance(self._ws, FrameConnection) and self._ws.writer is self:
+            self._ws.writer = None
 
     def flush(self) -> None:
         """Write what is queued now (a no-op when nothing is).

@@ -217,7 +217,7 @@ class Gateway:
                 await peer.closed.wait()
                 tasks.cancel_scope.cancel()
         finally:
-            writer.flush()  # the last tick's frames, before websockets closes the socket
+            writer.detach()  # the last tick's frames, before websockets closes the socket
             self.sessions.discard(session)
             session.close()
             logger.info("connection %s closed", session_id)

@@ -41,7 +41,9 @@ class Session:
     ) -> None:
         self.id = session_id
         self.listener = listener
-        self._peer = peer
+        #: ``None`` once closed: the peer's handlers reach this session, and a
+        #: closed connection must not be a reference cycle (PROTOCOL §23).
+        self._peer: Peer | None = peer
         self._drop = drop
         #: Close callbacks by a number of their own, so that an owner can take
         #: its callback back (:meth:`on_close`'s answer) when what it registered
@@ -72,11 +74,12 @@ class Session:
         connection's end is noticed and :attr:`closed` is set, and a run or a
         watcher that notifies must not fail for a client that left.
         """
-        if self.closed or self._gone:
+        peer = self._peer
+        if peer is None or self._gone:
             await _dropped()
             return
         try:
-            await self._peer.notify(method, params)
+            await peer.notify(method, params)
         except (ConnectionClosed, ConnectionClosedError):
             # Every later send would fail the same way, each at the cost of
             # websockets' closing checks: a watcher catching up on thousands of
@@ -86,18 +89,20 @@ class Session:
 
     async def notify_encoded(self, data: bytes) -> None:
         """:meth:`notify` of a notification already encoded (the same for several connections)."""
-        if self.closed or self._gone:
+        peer = self._peer
+        if peer is None or self._gone:
             await _dropped()
             return
         try:
-            await self._peer.notify_encoded(data)
+            await peer.notify_encoded(data)
         except (ConnectionClosed, ConnectionClosedError):
             self._gone = True
             await _dropped()
 
     def offer(self, data: bytes) -> bool:
         """Send an encoded notification now if that needs no waiting; ``False`` if not sent."""
-        return self.reachable and self._peer.offer_notification(data)
+        peer = self._peer
+        return peer is not None and not self._gone and peer.offer_notification(data)
 
     @property
     def reachable(self) -> bool:
@@ -114,11 +119,16 @@ class Session:
         :class:`~oma_bridge.rpc.ConnectionClosedError` when the
         connection ends first.
         """
-        return await self._peer.request(method, params)
+        return await self._open_peer().request(method, params)
 
     async def start_request(self, method: str, params: Any = None) -> PendingCall:
         """Send a request and return its pending answer (to race several clients)."""
-        return await self._peer.start_request(method, params)
+        return await self._open_peer().start_request(method, params)
+
+    def _open_peer(self) -> Peer:
+        if self._peer is None:
+            raise ConnectionClosedError()
+        return self._peer
 
     def start_soon(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``task`` for as long as this connection lives."""
@@ -154,6 +164,8 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        self._peer = None
+        self.task_group = None
         callbacks, self._on_close = self._on_close, {}
         for callback in callbacks.values():
             try:

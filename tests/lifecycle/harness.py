@@ -26,6 +26,10 @@ def config_text(folder: Path, server: str = "", agents: str = "") -> str:
     return f'[server]\nsocket = "{folder}/bridge.sock"\n{server}\n{agents}'
 
 
+#: ``python -c`` of this, then the command: set a limit, become the command.
+_EXEC_WITH_LIMIT = "import os, resource, sys; %s; os.execv(sys.argv[1], sys.argv[1:])"
+
+
 @dataclass
 class DaemonProcess:
     """A started daemon: its process, folder and log."""
@@ -59,20 +63,31 @@ class DaemonProcess:
 
 @contextlib.asynccontextmanager
 async def daemon_process(
-    folder: Path, text: str, *, env: Mapping[str, str] | None = None, umask: int = -1
+    folder: Path,
+    text: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    umask: int = -1,
+    nofile: tuple[int, int] | None = None,
 ) -> AsyncIterator[DaemonProcess]:
     """Start a daemon on ``folder/bridge.toml`` = ``text``; ready once its discovery file exists.
 
-    ``umask`` is the daemon's (-1: this process's).
+    ``umask`` is the daemon's (-1: this process's); ``nofile`` its
+    ``RLIMIT_NOFILE`` (soft, hard) as it starts (set by a Python that then
+    becomes the daemon, with the same pid).
 
     At the end it is killed if it still runs, and so is every process it left.
     """
     config = folder / "bridge.toml"
     config.write_text(text)
     log_path = folder / "daemon.log"
+    command = [sys.executable, "-m", "oma_bridge.cli", "serve", "--config", str(config)]
+    if nofile is not None:
+        limit = f"resource.setrlimit(resource.RLIMIT_NOFILE, {nofile!r})"
+        command = [sys.executable, "-c", f"{_EXEC_WITH_LIMIT % limit}", *command]
     with log_path.open("wb") as log:
         process = await anyio.open_process(
-            [sys.executable, "-m", "oma_bridge.cli", "serve", "--config", str(config)],
+            command,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

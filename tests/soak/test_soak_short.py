@@ -1,6 +1,7 @@
 """The 2-minute soak of ``make test``: the same code as ``make soak`` (bench/soak.py), shorter.
 
-Ten clients run the mix of all three kinds for two minutes; the daemon's
+Ten clients run the mix of all three kinds for two minutes, and one more
+comes and goes (connect, open, stream, close, disconnect); the daemon's
 RSS, fds, threads and children, sampled every 5 s, must show no growth
 beyond noise (the verdict of bench/soak.py) and every run must succeed.
 """
@@ -32,7 +33,7 @@ def load_soak() -> ModuleType:
 @pytest.mark.timeout(300)
 async def test_two_minutes_of_mixed_load_show_no_growth(tmp_path: Path) -> None:
     soak = load_soak()
-    verdict = await soak.soak(2, 10, tmp_path, sample_every=5.0, chart=False)
+    verdict = await soak.soak(2, 10, tmp_path, sample_every=5.0, chart=False, churn=1)
     assert verdict.ok, verdict.text()
     assert verdict.figures["runs_failed"] == 0
     assert verdict.figures["runs_ok"] > 500, verdict.text()

@@ -26,6 +26,10 @@ class ProfileCapabilities:
 
     def __init__(self) -> None:
         self._by_profile: dict[str, dict[str, Any]] = {}
+        #: The open agents that can say something (acp ones), by profile: what
+        #: :meth:`read` asks, so that a daemon with thousands of other agents
+        #: open answers ``daemon/status`` and ``initialize`` without asking each.
+        self._open: dict[Agent, str] = {}
 
     def note(self, profile: str, advertised: Mapping[str, Any] | None) -> None:
         """Keep ``advertised`` for ``profile`` unless the daemon heard a newer one."""
@@ -35,13 +39,22 @@ class ProfileCapabilities:
         if known is None or advertised["initializedAt"] >= known["initializedAt"]:
             self._by_profile[profile] = dict(advertised)
 
+    def opened(self, profile: str, agent: Agent) -> None:
+        """``agent`` of ``profile`` is open: :meth:`read` hears it until :meth:`note_agent`."""
+        if agent.kind == "acp":
+            self._open[agent] = profile
+
     def note_agent(self, profile: str, agent: Agent) -> None:
+        """Keep what ``agent`` last said (it closes: it is asked no more)."""
+        self._open.pop(agent, None)
         self.note(profile, agent.advertised())
 
-    def read(self, agents: Iterable[tuple[str, Agent]]) -> dict[str, dict[str, Any]]:
-        """Every profile's capabilities, the open ``(profile, agent)`` pairs heard first."""
+    def read(self, agents: Iterable[tuple[str, Agent]] = ()) -> dict[str, dict[str, Any]]:
+        """Every profile's capabilities, the open agents (and ``(profile, agent)`` pairs) first."""
+        for agent, profile in self._open.items():
+            self.note(profile, agent.advertised())
         for profile, agent in agents:
-            self.note_agent(profile, agent)
+            self.note(profile, agent.advertised())
         return {profile: dict(advertised) for profile, advertised in self._by_profile.items()}
 
     def forget_changed(self, before: Mapping[str, object], after: Mapping[str, object]) -> None:

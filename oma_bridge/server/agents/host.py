@@ -29,10 +29,10 @@ from oma_bridge.server.agents.client_calls import client_forwarder
 from oma_bridge.server.agents.fork import fork_hosted
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.overrides import agent_config
-from oma_bridge.server.agents.registry import HostedAgent
+from oma_bridge.server.agents.registry import AgentSlot, HostedAgent
 from oma_bridge.server.agents.remote import Remote
 from oma_bridge.server.agents.runs import Runs
-from oma_bridge.server.agents.status import AGENT_ID_LABEL
+from oma_bridge.server.agents.status import AGENT_ID_LABEL, AgentBoard
 from oma_bridge.server.agents.store import PersistedSession, SessionStore
 from oma_bridge.server.config import ServerConfig, ServerSection
 from oma_bridge.server.profiles import Profile
@@ -74,6 +74,8 @@ class AgentHost:
         #: What each acp profile's agents said they can do (PROTOCOL §22.2).
         self.capabilities = capabilities
         self.agents: dict[str, HostedAgent] = {}
+        #: ``daemon/status``'s agents, kept up to date (PROTOCOL §23).
+        self.board = AgentBoard(self.agents)
         #: Sessions read back at start, waiting for an ``agent/open`` with ``resume``.
         self.restorable: dict[str, PersistedSession] = {}
 
@@ -95,9 +97,7 @@ class AgentHost:
 
     def profile_capabilities(self) -> dict[str, dict[str, Any]]:
         """What each acp profile's agents said they can do, the open agents heard now."""
-        return self.capabilities.read(
-            (hosted.profile_name, hosted.agent) for hosted in self.agents.values()
-        )
+        return self.capabilities.read()
 
     # -- finding -----------------------------------------------------------------
 
@@ -226,12 +226,7 @@ class AgentHost:
         flags = overrides.hooks or HookFlags()
         check_declared_hooks(session, flags)
         profile = self.profile(profile_name)
-        hosted: HostedAgent | None = None
-
-        def target() -> HostedAgent:
-            assert hosted is not None  # hooks run only once the agent exists
-            return hosted
-
+        target = AgentSlot()  # bound once the agent exists; its callbacks run only then
         try:
             config = agent_config(
                 profile_name,
@@ -261,8 +256,12 @@ class AgentHost:
             journal=self._journal(agent_id),
             overrides=overrides,
             backend_update=dict(backend_update or {}),
+            on_change=self.board.changed,
         )
+        target.bind(hosted)
+        self.capabilities.opened(profile_name, hosted.agent)
         self.agents[agent_id] = hosted
+        self.board.changed()
         hosted.use(session)
         return hosted
 
@@ -306,6 +305,7 @@ class AgentHost:
     def reset(self, hosted: HostedAgent) -> None:
         """Empty the agent's history, in its persisted session too."""
         hosted.agent.reset()
+        hosted.changed()
         if self.store.enabled:
             self.store.write(hosted.agent_id, {"history": []})
 
@@ -328,6 +328,7 @@ class AgentHost:
         """End the agent (its processes gone); ``forget`` also deletes its session files."""
         hosted.closed = True
         self.agents.pop(hosted.agent_id, None)
+        self.board.changed()
         for watcher in list(hosted.watchers.values()):
             watcher.stop()
         hosted.watchers.clear()

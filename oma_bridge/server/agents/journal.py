@@ -50,8 +50,6 @@ class Entry:
     sent: bool = False
     #: The journal's appended bytes up to this entry's end (see :meth:`Journal.would_drop`).
     mark: int = 0
-    #: Its ``agent/event`` notification, encoded once for every watcher.
-    frame: bytes | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {"seq": self.seq, "entry": self.data}
@@ -101,6 +99,9 @@ class Journal:
         self._appended = 0
         self.last_seq = 0
         self._followers: list[Follower] = []
+        #: The newest entry's encoded notification, shared by its live readers
+        #: (:meth:`shared_frame`), and counted in ``_bytes`` while kept.
+        self._frame: tuple[Entry, bytes] | None = None
 
     # -- reading ---------------------------------------------------------------
 
@@ -150,6 +151,32 @@ class Journal:
         sent = self._entries[index].mark if index >= 0 else first.mark - first.size
         return self._appended - sent + size > self.max_bytes
 
+    def shared_frame(self, entry: Entry, encode: Callable[[Entry], bytes]) -> bytes:
+        """``encode(entry)``, kept while ``entry`` is the newest, for every reader to share.
+
+        The live readers of an agent (its watchers) send the same bytes for a
+        new entry: encoded once, by the first.  Only the newest entry's is
+        kept, and it counts against ``max_bytes`` like the entries do
+        (PROTOCOL §23); an older entry (a catch-up, a replay) is encoded for
+        the send and not kept, so a replayed journal costs no more than an
+        unread one.
+        """
+        kept = self._frame
+        if kept is not None and kept[0] is entry:
+            return kept[1]
+        frame = encode(entry)
+        if entry.seq == self.last_seq:
+            self._drop_frame()
+            self._frame = (entry, frame)
+            self._bytes += len(frame)
+            self._trim()
+        return frame
+
+    def _drop_frame(self) -> None:
+        if self._frame is not None:
+            self._bytes -= len(self._frame[1])
+            self._frame = None
+
     @staticmethod
     def size_of(data: dict[str, Any]) -> int:
         """What an entry of ``data`` counts for the byte limit."""
@@ -167,6 +194,7 @@ class Journal:
 
     def append(self, data: dict[str, Any], size: int | None = None) -> Entry:
         """Add one entry (``size``: its :meth:`size_of`, when known); returns it."""
+        self._drop_frame()  # the entry it was encoded for is the newest no more
         self.last_seq += 1
         entry = Entry(self.last_seq, data, _size(data) if size is None else size)
         self._entries.append(entry)
@@ -201,7 +229,7 @@ class Journal:
         ):
             return False
         event["data"] += text
-        entry.frame = None  # encoded before the join (a watcher's refused offer): stale
+        self._drop_frame()  # encoded before the join (a watcher's refused offer): stale
         entry.size += len(text)
         self._bytes += len(text)
         self._appended += len(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -11,6 +12,7 @@ import anyio
 
 from oma_bridge.agent import Agent
 from oma_bridge.backends import ElicitationRequest, PermissionRequest
+from oma_bridge.backends.command import CommandSettings
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.watchers import Watcher, check_cursor
 from oma_bridge.server.profiles import Profile
@@ -44,7 +46,7 @@ class AcpClient(Protocol):
         """Whether this client advertised what ``method`` needs (``fs/*``, ``terminal/*``)."""
 
 
-__all__ = ["AcpClient", "HookTarget", "HostedAgent", "PacedReader"]
+__all__ = ["AcpClient", "AgentSlot", "HookTarget", "HostedAgent", "PacedReader"]
 
 
 @dataclass(eq=False)
@@ -84,6 +86,10 @@ class HostedAgent(HookTarget):
     closed: bool = False
     #: What takes back the close callback each user's connection holds (see :meth:`release`).
     _leaving: dict[Session, Callable[[], None]] = field(default_factory=dict)
+    #: Its ``daemon/status`` row, made once (see :meth:`status_row`).
+    _row: dict[str, Any] | None = None
+    #: Told when its row changes (the daemon's :class:`~.status.AgentBoard`).
+    on_change: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         # Every run's invoke_agent span names the agent as PROTOCOL §20.1 says; on the
@@ -135,6 +141,39 @@ class HostedAgent(HookTarget):
         self._leaving.clear()
         self.users.clear()
 
+    def status_row(self) -> dict[str, Any]:
+        """Its row of ``daemon/status``'s ``agents``: made once, its two changing fields set now.
+
+        A status poll with thousands of agents open must not stall the
+        other clients (PROTOCOL §23): what never changes (the profile, the
+        kind, the sandbox it runs in, §19.1) is not worked out again at
+        every poll.  The row is the agent's: callers encode it, never keep
+        or change it.
+        """
+        row = self._row
+        if row is None:
+            row = self._row = {
+                "agentId": self.agent_id,
+                "profile": self.profile_name,
+                "kind": self.agent.kind,
+                "state": "",
+                "queuedRuns": 0,
+            }
+            backend = self.agent.config.backend
+            if isinstance(backend, CommandSettings):
+                row["sandbox"] = backend.sandbox_info()
+        # "running" from the run's start to its end, as counted here: the
+        # board is told at both (changed()), while the agent's own status
+        # moves inside its run, where nothing tells it.
+        row["state"] = "running" if self.running else self.agent.status
+        row["queuedRuns"] = self.queued
+        return row
+
+    def changed(self) -> None:
+        """Its row changed (a run queued, started or ended; a reset)."""
+        if self.on_change is not None:
+            self.on_change()
+
     def mark_idle(self) -> None:
         if not self.busy() and not self.connected() and self.idle_since is None:
             self.idle_since = time.monotonic()
@@ -171,3 +210,25 @@ class HostedAgent(HookTarget):
         for reader in list(self.paced):
             await reader.keep_up(size)
         return self.journal.append(data, size)
+
+
+class AgentSlot:
+    """How an agent's own callbacks (hooks, elicitations, client calls) find it: weakly.
+
+    They are made before the agent and kept in its config, which the agent
+    holds: a strong reference back would make every agent a reference cycle,
+    and a closed one would wait for the cyclic collector (PROTOCOL §23).  They
+    are only called during the agent's runs, which hold it.
+    """
+
+    def __init__(self) -> None:
+        self._ref: weakref.ref[HostedAgent] | None = None
+
+    def bind(self, hosted: HostedAgent) -> None:
+        self._ref = weakref.ref(hosted)
+
+    def __call__(self) -> HostedAgent:
+        hosted = self._ref() if self._ref is not None else None
+        if hosted is None:
+            raise RuntimeError("the agent of this callback is gone")
+        return hosted

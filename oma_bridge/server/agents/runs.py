@@ -156,6 +156,7 @@ class Runs:
         self._queued += 1
         if hosted is not None:
             hosted.queued += 1
+            hosted.changed()
         queued = True
         result: AgentRunResult | None = None
         began: float | None = None
@@ -169,6 +170,7 @@ class Runs:
                     if hosted is not None:
                         hosted.queued -= 1
                         hosted.running += 1
+                        hosted.changed()
                     run.started_at = time.time()
                     began = time.perf_counter()
                     try:
@@ -176,6 +178,7 @@ class Runs:
                     finally:
                         if hosted is not None:
                             hosted.running -= 1
+                            hosted.changed()
             if result is None:
                 # The scope caught a cancel while the run was queued: nothing was spawned.
                 result = AgentRunResult.failed(run.run_id, RunCancelledError(), "cancelled")
@@ -191,6 +194,7 @@ class Runs:
                 self._queued -= 1
                 if hosted is not None:
                     hosted.queued -= 1
+                    hosted.changed()
             self.live.pop(run.run_id, None)
             if hosted is not None:
                 hosted.mark_idle()

@@ -44,7 +44,7 @@ from oma_bridge.server.agents.probe import probe_infos
 from oma_bridge.server.agents.remote import Remote
 from oma_bridge.server.agents.runs import Runs
 from oma_bridge.server.agents.side_effects import audit_observer
-from oma_bridge.server.agents.status import agent_rows, live_processes, run_rows, uptime
+from oma_bridge.server.agents.status import live_processes, run_rows, uptime
 from oma_bridge.server.agents.store import SessionStore
 from oma_bridge.server.agents.teams import TeamMethods
 from oma_bridge.server.agents.turns import TurnMode, TurnRunner
@@ -265,7 +265,7 @@ class AgentService:
             "version": __version__,
             "uptimeS": uptime(self.started),
             "connections": self.connections(),
-            "agents": agent_rows(self.host.agents),
+            "agents": self.host.board.rows(),
             "runs": run_rows(self.runs.live),
             "processes": await live_processes(),
             "sessions": self.host.store.count(),

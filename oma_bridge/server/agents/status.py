@@ -6,34 +6,44 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from oma_bridge.backends import RUN_ID_LABEL
-from oma_bridge.backends.command import CommandSettings
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.agents.runs import LiveRun
 
-__all__ = ["AGENT_ID_LABEL", "RUN_ID_LABEL", "agent_rows", "live_processes", "run_rows", "uptime"]
+__all__ = ["AGENT_ID_LABEL", "RUN_ID_LABEL", "AgentBoard", "live_processes", "run_rows", "uptime"]
 
 #: The supervisor label of every process the daemon starts for an agent, so
 #: that ``daemon/status`` can tell whose a child (or grandchild) is.
 AGENT_ID_LABEL = "agentId"
 
 
-def agent_rows(agents: Mapping[str, HostedAgent]) -> list[dict[str, Any]]:
-    return [_agent_row(hosted) for hosted in agents.values()]
+class AgentBoard:
+    """``daemon/status``'s ``agents``: kept encoded, made again only after a change.
 
+    A page polls ``daemon/status`` every few seconds, and the answer lists
+    every open agent: with thousands open, working the list out at each poll
+    held up every other client for tens of milliseconds (PROTOCOL §23).
+    The rows are encoded once and reused until an agent opens or closes or
+    one's row changes (:meth:`HostedAgent.changed`: a run queued, started
+    or ended, a reset); each row is the agent's own, made once
+    (:meth:`HostedAgent.status_row`).
+    """
 
-def _agent_row(hosted: HostedAgent) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "agentId": hosted.agent_id,
-        "profile": hosted.profile_name,
-        "kind": hosted.agent.kind,
-        "state": hosted.agent.state.status,
-        "queuedRuns": hosted.queued,
-    }
-    backend = hosted.agent.config.backend
-    if isinstance(backend, CommandSettings):  # the sandbox the agent runs in (§19.1)
-        row["sandbox"] = backend.sandbox_info()
-    return row
+    def __init__(self, agents: Mapping[str, HostedAgent]) -> None:
+        self._agents = agents
+        self._encoded: orjson.Fragment | None = None
+
+    def changed(self) -> None:
+        self._encoded = None
+
+    def rows(self) -> orjson.Fragment:
+        """The rows as JSON, for the answer's encoder to copy as they are."""
+        if self._encoded is None:
+            rows = [hosted.status_row() for hosted in self._agents.values()]
+            self._encoded = orjson.Fragment(orjson.dumps(rows))
+        return self._encoded
 
 
 def run_rows(runs: Mapping[str, LiveRun]) -> list[dict[str, Any]]:

@@ -15,6 +15,13 @@ The writes happen on one worker thread fed by a queue: a slow disk delays
 the file, never a stream.  The worker wakes once per burst (it lets lines
 gather for ``_GATHER_S``) and writes each file's new lines with one
 ``writev(2)`` on an ``O_APPEND`` file; the file is fsynced at each run's end.
+An open agent holds no descriptor (PROTOCOL §23): the worker keeps the
+files it wrote last open, at most :data:`MAX_OPEN_FILES`, and closes the
+least recently written one to open another (a daemon with 5,000 agents
+open needs no 5,000 descriptors for them).  A file the worker cannot open
+for lack of descriptors (``EMFILE``, ``ENFILE``) is retried after it closes
+every file it holds, and again for a moment; only then is persistence turned
+off as for a full disk.
 A write cut short (a full disk, a SIGKILL in the middle of a large write)
 can leave an incomplete last line, which makes the file unreadable at the
 next start (below): what a crash costs is that session, never the daemon.
@@ -31,10 +38,12 @@ parse line by line (corrupt, truncated) is skipped with a warning naming it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import queue
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +66,11 @@ _BATCH_BYTES = 64 * 1024
 _GATHER_S = 0.005
 #: Buffers per ``writev`` (Linux's ``IOV_MAX``).
 _IOV_MAX = 1024
+#: Session files the writer keeps open at once (see the module docstring).
+MAX_OPEN_FILES = 32
+#: Attempts, and the pause between them, of an open that found no descriptor.
+_OPEN_ATTEMPTS = 5
+_OPEN_PAUSE_S = 0.05
 #: Bytes handed to the writer and not written yet past which the disk counts
 #: as failed (as a full one does): a disk slower than the streams for long
 #: must not grow the daemon's memory without bound.
@@ -90,11 +104,10 @@ class SessionStore:
         self.folder = folder
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._failed = False
-        #: Files opened by :meth:`create` for the writer (a dict op is atomic
-        #: under the GIL): the writer thread never takes a descriptor at a
-        #: moment of its own, which could be the one held in reserve for
-        #: refusing connections when the daemon runs out of them.
-        self._opened: dict[str, int] = {}
+        #: The agents with a session file (``daemon/status``'s ``sessions``):
+        #: read at :meth:`load`, kept up to date by :meth:`create` and
+        #: :meth:`remove`, so that a status poll never lists the folder.
+        self._on_disk: set[str] = set()
         #: Batched lines not handed to the writer yet, per agent (see :meth:`write`).
         self._pending: dict[str, bytearray] = {}
         #: Bytes queued (counted by the loop) and written or dropped (by the
@@ -119,13 +132,7 @@ class SessionStore:
         }
         if not self.enabled:
             return
-        assert self.folder is not None
-        path = self.folder / f"{agent_id}{_SUFFIX}"
-        try:
-            self._opened[agent_id] = open_private(path)
-        except OSError as error:
-            self._fail(error)
-            return
+        self._on_disk.add(agent_id)
         self._put("create", agent_id, header)
 
     def write(self, agent_id: str, line: dict[str, Any], *, batch: bool = False) -> None:
@@ -152,6 +159,7 @@ class SessionStore:
     def remove(self, agent_id: str) -> None:
         self._pending.pop(agent_id, None)
         if self.folder is not None:
+            self._on_disk.discard(agent_id)
             self._queue.put(("remove", agent_id, b""))
 
     def _flush(self, agent_id: str) -> None:
@@ -178,13 +186,8 @@ class SessionStore:
             )
 
     def count(self) -> int:
-        """Session files on disk (``daemon/status``'s ``sessions``)."""
-        if self.folder is None:
-            return 0
-        try:
-            return sum(1 for path in self.folder.iterdir() if path.suffix == _SUFFIX)
-        except OSError:
-            return 0
+        """Session files on disk (``daemon/status``'s ``sessions``), as this store keeps count."""
+        return len(self._on_disk)
 
     # -- the worker ----------------------------------------------------------
 
@@ -214,7 +217,7 @@ class SessionStore:
 
     def _work(self) -> None:
         assert self.folder is not None
-        files: dict[str, int] = {}
+        files: OrderedDict[str, int] = OrderedDict()
         try:
             while True:
                 batch = [self._queue.get()]
@@ -231,7 +234,7 @@ class SessionStore:
             for fd in files.values():
                 _close_quietly(fd)
 
-    def _apply_batch(self, files: dict[str, int], batch: list[_Op | None]) -> bool:
+    def _apply_batch(self, files: OrderedDict[str, int], batch: list[_Op | None]) -> bool:
         """Apply ``batch`` in order, an agent's run of lines in one write; ``False`` at the end."""
         pending: dict[str, tuple[str, list[bytes]]] = {}
 
@@ -258,7 +261,9 @@ class SessionStore:
             flush(agent_id)
         return True
 
-    def _guarded(self, files: dict[str, int], kind: str, agent_id: str, data: list[bytes]) -> None:
+    def _guarded(
+        self, files: OrderedDict[str, int], kind: str, agent_id: str, data: list[bytes]
+    ) -> None:
         if self._failed and kind != "remove":
             return
         try:
@@ -266,7 +271,9 @@ class SessionStore:
         except OSError as error:
             self._fail(error)
 
-    def _apply(self, files: dict[str, int], kind: str, agent_id: str, data: list[bytes]) -> None:
+    def _apply(
+        self, files: OrderedDict[str, int], kind: str, agent_id: str, data: list[bytes]
+    ) -> None:
         assert self.folder is not None
         path = self.folder / f"{agent_id}{_SUFFIX}"
         if kind == "remove":
@@ -276,12 +283,12 @@ class SessionStore:
             path.unlink(missing_ok=True)
             return
         fd = files.get(agent_id)
-        if fd is None and agent_id in self._opened:
-            fd = files[agent_id] = self._opened.pop(agent_id)
-        if fd is None:
+        if fd is not None:
+            files.move_to_end(agent_id)
+        else:
             if kind != "create" and not path.exists():
                 return  # removed meanwhile
-            fd = open_private(path)
+            fd = _open_file(files, path)
             files[agent_id] = fd
         if kind == "sync":
             os.fsync(fd)
@@ -315,6 +322,7 @@ class SessionStore:
         except OSError as error:
             self._fail(error)
             return []
+        self._on_disk = {path.stem for path in paths}
         sessions = []
         for path in paths:
             try:
@@ -366,6 +374,29 @@ def _read(path: Path) -> PersistedSession:
             raise ValueError(f"a line of an unknown kind: {sorted(record)}")
     session.entries = sorted(by_seq.items())
     return session
+
+
+def _open_file(files: OrderedDict[str, int], path: Path) -> int:
+    """Open ``path`` for appending, within :data:`MAX_OPEN_FILES` (the least recent closed).
+
+    Out of descriptors (the daemon's connections took them), every file
+    held is closed and the open tried again for a moment: persistence never
+    turns off for lack of descriptors while the daemon itself can still get
+    one.
+    """
+    while len(files) >= MAX_OPEN_FILES:
+        _close_quietly(files.popitem(last=False)[1])
+    attempt = 1
+    while True:
+        try:
+            return open_private(path)
+        except OSError as error:
+            if error.errno not in (errno.EMFILE, errno.ENFILE) or attempt >= _OPEN_ATTEMPTS:
+                raise
+        attempt += 1
+        while files:
+            _close_quietly(files.popitem(last=False)[1])
+        time.sleep(_OPEN_PAUSE_S)
 
 
 def _drain(source: queue.SimpleQueue[_Op | None]) -> list[_Op | None]:

@@ -11,6 +11,7 @@ when the request came.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeAlias
 
@@ -160,7 +161,8 @@ class TurnRunner:
             await journal.start(mode, journaled_input)
             return await journal.relaying(lambda: self._run(journal, prepared, permission, meta))
 
-        run.cancel = lambda: agent.cancel(run.run_id)
+        # Not a closure over the run: the run would hold itself (a cycle, PROTOCOL §23).
+        run.cancel = functools.partial(agent.cancel, run.run_id)
         return await self.runs.serve(run, hosted, execute, detach=detach)
 
     async def _run(

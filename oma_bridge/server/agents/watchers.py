@@ -10,8 +10,11 @@ learns the oldest ``seq`` from ``CursorExpired``.
 
 Live, a watcher follows the journal (:meth:`Journal.follow`): a caught-up
 watcher sends each new entry from the appending task, and its own task
-wakes only to catch up.  Every watcher of an agent sends the same
-``agent/event`` bytes, encoded once per entry.
+wakes only to catch up.  Every live watcher of an agent sends the same
+``agent/event`` bytes for a new entry, encoded once
+(:meth:`Journal.shared_frame`, counted against the journal's byte limit);
+an entry caught up on is encoded for its send and not kept, so a replayed
+journal holds no more memory than one never read (PROTOCOL §23).
 """
 
 from __future__ import annotations
@@ -57,12 +60,9 @@ def check_cursor(journal: Journal, after_seq: int) -> None:
         raise _expired(journal)
 
 
-def _frame(agent_id: str, entry: Entry) -> bytes:
-    """The entry's ``agent/event`` notification, encoded once and kept on the entry."""
-    if entry.frame is None:
-        params = {"agentId": agent_id, "seq": entry.seq, "entry": entry.data}
-        entry.frame = encode_notification("agent/event", params)
-    return entry.frame
+def _event_frame(agent_id: str, entry: Entry) -> bytes:
+    params = {"agentId": agent_id, "seq": entry.seq, "entry": entry.data}
+    return encode_notification("agent/event", params)
 
 
 class Watcher:
@@ -91,7 +91,7 @@ class Watcher:
                     if self.stopped or not session.reachable:
                         return
                     journal.take(entry)
-                    await session.notify_encoded(_frame(self.agent_id, entry))
+                    await session.notify_encoded(self._frame(entry))
                     self.cursor = entry.seq
         finally:
             self._catching_up = False
@@ -102,12 +102,16 @@ class Watcher:
             not self._catching_up
             and entry.seq == self.cursor + 1
             and not self.stopped
-            and self.session.offer(_frame(self.agent_id, entry))
+            and self.session.offer(self._frame(entry))
         ):
             self.journal.take(entry)
             self.cursor = entry.seq
         else:
             self._behind.notify()
+
+    def _frame(self, entry: Entry) -> bytes:
+        """The entry's ``agent/event`` notification: the newest one's is shared by every watcher."""
+        return self.journal.shared_frame(entry, lambda e: _event_frame(self.agent_id, e))
 
     async def pump(self) -> None:
         """Follow the journal until :meth:`stop` or the connection ends."""
