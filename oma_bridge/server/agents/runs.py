@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -34,13 +35,23 @@ from oma_bridge.server.metrics import NO_METRICS, TEAM_KIND, Recorder
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import INTERNAL_ERROR, OVERLOADED
 
-__all__ = ["LiveRun", "Runs"]
+__all__ = ["LiveRun", "RunRecord", "Runs"]
 
 logger = logging.getLogger("oma_bridge.server")
 
 #: Results of finished one-off runs (``oma/runAgent``) kept for ``run/result``:
 #: they have no agent, so no journal; an agent's runs are found in its journal.
 _KEPT_RESULTS = 256
+
+
+class RunRecord(Protocol):
+    """A run's entries in its agent's journal (:class:`~.turns.TurnJournal`)."""
+
+    async def settle(
+        self, result: AgentRunResult | None, error: BaseException | None = None
+    ) -> AgentRunResult | None:
+        """Journal the run's end if it is not yet: ``result``, else cancelled or failed."""
+        ...
 
 
 @dataclass(eq=False)
@@ -118,20 +129,23 @@ class Runs:
         execute: Callable[[], Awaitable[AgentRunResult]],
         *,
         detach: bool = False,
+        record: RunRecord | None = None,
     ) -> AgentRunResult:
         """Queue the run, execute it and answer its result (see :meth:`_serve`).
 
         ``detach``: served in the task group of :meth:`run`, so that the
         caller's cancellation (its connection closed) ends only the wait.
+        ``record``: the run's entries in its agent's journal, settled however
+        the run ends (see :meth:`_serve`).
         """
         if not detach or self._task_group is None:
-            return await self._serve(run, hosted, execute)
+            return await self._serve(run, hosted, execute, record)
         finished = anyio.Event()
         outcome: list[AgentRunResult] = []
 
         async def in_background() -> None:
             try:
-                outcome.append(await self._serve(run, hosted, execute))
+                outcome.append(await self._serve(run, hosted, execute, record))
             except Exception:
                 # In the daemon's task group, an error would end the daemon and
                 # every session with it: logged, and answered -32603 below.
@@ -150,8 +164,16 @@ class Runs:
         run: LiveRun,
         hosted: HostedAgent | None,
         execute: Callable[[], Awaitable[AgentRunResult]],
+        record: RunRecord | None,
     ) -> AgentRunResult:
-        """Queue (FIFO per agent, then a global slot), execute, account."""
+        """Queue (FIFO per agent, then a global slot), execute, account.
+
+        ``record`` is settled here whatever ends the run (a cancel while it is
+        queued, its request cancelled, a bug): every run of an agent has its
+        ``run_end`` (PROTOCOL §13.3).  The result of a run whose agent was
+        closed is kept with the one-off runs' (its journal went with the
+        agent), for ``run/result``.
+        """
         self.live[run.run_id] = run
         self._queued += 1
         if hosted is not None:
@@ -182,12 +204,19 @@ class Runs:
             if result is None:
                 # The scope caught a cancel while the run was queued: nothing was spawned.
                 result = AgentRunResult.failed(run.run_id, RunCancelledError(), "cancelled")
-            if hosted is None:
+            if record is not None:
+                await record.settle(result)
+            if hosted is None or hosted.closed:
                 # An agent's run is in its journal, which bounds what it keeps.
                 self._keep(result)
             return result
         except BaseException as error:
             raised = error
+            if record is not None:
+                with anyio.CancelScope(shield=True):
+                    settled = await record.settle(None, error)
+                if settled is not None and hosted is not None and hosted.closed:
+                    self._keep(settled)
             raise
         finally:
             if queued:

@@ -5,6 +5,13 @@ A turn is queued by :class:`~.runs.Runs` like every run; once it runs, its
 journal (:meth:`.HostedAgent.record`, which waits for paced readers), which
 ``agent/watch`` and the ACP facade follow.  An ``agent/stream`` caller is
 also sent each event as ``run/event`` through its :class:`~.relay.CallerRelay`.
+Every turn has its ``run_end``, whatever ends it (PROTOCOL §13.3): one that
+returns a result journals it (:meth:`TurnJournal.end`); one that does not,
+because its request was cancelled (its client left with ``onDisconnect:
+"cancel"``, the daemon is stopping) or it was cancelled still queued, is
+settled by :meth:`~.runs.Runs.serve` (:meth:`TurnJournal.settle`), which
+journals it as cancelled; a run cancelled in its queue gets its
+``run_start`` then, so the journal says what was asked and that it never ran.
 The agent takes the prepared input as it is: it was guarded and copied once,
 when the request came.
 """
@@ -20,6 +27,7 @@ import anyio
 from oma_bridge.agent import PreparedInput, PreparedPrompt
 from oma_bridge.agent.stream import closing_events
 from oma_bridge.backends import PermissionHandler
+from oma_bridge.errors import RunCancelledError
 from oma_bridge.results import AgentRunResult, StreamEvent
 from oma_bridge.rpc import unwrap_single_error
 from oma_bridge.server.agents.host import AgentHost
@@ -48,15 +56,29 @@ class TurnJournal:
         run_id: str,
         turn: Callable[[], Awaitable[None]],
         relay: CallerRelay | None,
+        *,
+        mode: TurnMode,
+        journaled_input: Any,
+        on_end: Callable[[], None],
     ) -> None:
         self.hosted = hosted
         self.run_id = run_id
         self.relay = relay
         self._turn = turn
+        self._start = {
+            "type": "run_start",
+            "runId": run_id,
+            "method": mode,
+            "input": journaled_input,
+        }
+        #: Called once the end is journaled: the agent's session files catch up (fsync).
+        self._on_end = on_end
+        self.started = False
+        self.ended = False
 
-    async def start(self, mode: TurnMode, journaled_input: Any) -> None:
-        data = {"type": "run_start", "runId": self.run_id, "method": mode, "input": journaled_input}
-        await self.hosted.record(data)
+    async def start(self) -> None:
+        await self.hosted.record(self._start)
+        self.started = True
 
     async def emit(self, event: StreamEvent) -> None:
         """Journal one event of the turn (and send it to a streaming caller)."""
@@ -94,9 +116,34 @@ class TurnJournal:
             await relay.send(entry, wire)
 
     async def end(self, result: AgentRunResult) -> None:
+        """Journal the run's result, once, and persist it (the agent's session files)."""
+        if self.ended:
+            return
         with anyio.CancelScope(shield=True):  # the result is the record: always journaled
+            if not self.started:  # cancelled in its queue
+                await self.start()
+            self.ended = True
             end = {"type": "run_end", "runId": self.run_id, "result": result.to_wire()}
             await self.hosted.record(end)
+            self._on_end()
+
+    async def settle(
+        self, result: AgentRunResult | None, error: BaseException | None = None
+    ) -> AgentRunResult | None:
+        """Journal the run's end if the turn did not: ``result`` (a run cancelled in its
+        queue), else cancelled (``error`` a cancellation) or failed (``error`` a bug).
+
+        Returns what the journal now says; ``None`` when the turn had journaled it.
+        """
+        if self.ended:
+            return None
+        if result is None:
+            if isinstance(error, Exception):  # a bug, logged by whoever serves the request
+                result = AgentRunResult.failed(self.run_id, error, "internal")
+            else:  # a cancellation (or the daemon's own end)
+                result = AgentRunResult.failed(self.run_id, RunCancelledError(), "cancelled")
+        await self.end(result)
+        return result
 
     async def relaying(self, turn: Callable[[], Awaitable[AgentRunResult]]) -> AgentRunResult:
         """Run ``turn`` with the relay's sender beside it, when the caller streams.
@@ -155,15 +202,23 @@ class TurnRunner:
             if mode == "agent/stream"
             else None
         )
-        journal = TurnJournal(hosted, run.run_id, self.turnstile.turn, relay)
+        journal = TurnJournal(
+            hosted,
+            run.run_id,
+            self.turnstile.turn,
+            relay,
+            mode=mode,
+            journaled_input=journaled_input,
+            on_end=lambda: self.host.save(hosted),
+        )
 
         async def execute() -> AgentRunResult:
-            await journal.start(mode, journaled_input)
+            await journal.start()
             return await journal.relaying(lambda: self._run(journal, prepared, permission, meta))
 
         # Not a closure over the run: the run would hold itself (a cycle, PROTOCOL §23).
         run.cancel = functools.partial(agent.cancel, run.run_id)
-        return await self.runs.serve(run, hosted, execute, detach=detach)
+        return await self.runs.serve(run, hosted, execute, detach=detach, record=journal)
 
     async def _run(
         self,
@@ -192,6 +247,5 @@ class TurnRunner:
             # events are the stream's (``error`` alone).
             for event in closing_events(result):
                 await journal.emit(event)
-        await journal.end(result)
-        self.host.save(hosted)
+        await journal.end(result)  # and the agent's session files catch up
         return result
