@@ -2,11 +2,13 @@
 
 Every command but ``serve`` finds the daemon through its discovery file, or
 at ``--url`` (with ``--token-file`` and ``--ca-file``: :func:`client_options`),
-and says so plainly when none answers.  Exit codes: 0 success, 1 a failed
-run or a daemon that cannot start, 2 bad input (usage, config,
-``InvalidMessageError``), 3 no daemon to talk to (a TLS handshake that
-fails included).  No output ever carries the token, but for the one link
-``oma-bridge ui`` prints on stdout, which is what it is for.
+and says so plainly when none answers.  Exit codes (PROTOCOL §18.3,
+:mod:`oma_bridge.cli_exits`): 0 success, 1 a failed run or a daemon that
+cannot start, 2 bad input (usage, config, ``InvalidMessageError``), 3 no
+daemon to talk to (a TLS handshake that fails included), 4 refused by the
+daemon (its token, Forbidden); output into a closed pipe ends quietly (141).
+No output ever carries the token, but for the one link ``oma-bridge ui``
+prints on stdout, which is what it is for.
 """
 
 from __future__ import annotations
@@ -18,6 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oma_bridge._version import __version__
+from oma_bridge.cli_exits import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_NO_DAEMON,
+    client_failure,
+    is_broken_pipe,
+    quiet_after_broken_pipe,
+)
 
 # Each command imports what it uses, in its own function: `oma-bridge acp`
 # (stdlib and websockets only) and the client commands start without anyio,
@@ -26,10 +36,6 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from oma_bridge.client import Client
-
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_NO_DAEMON = 3
 
 
 def client_options() -> argparse.ArgumentParser:
@@ -123,7 +129,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "run", help="run an agent once and print its output", parents=[remote]
     )
     run.add_argument("agent", help="a profile name (see `oma-bridge agents`)")
-    run.add_argument("prompt", nargs="?", default="-", help='the prompt, or "-" to read stdin')
+    run.add_argument("prompt", nargs="?", help='the prompt, or "-" to read it from stdin')
     run.add_argument("--stream", action="store_true", help="print text as it arrives")
     run.add_argument(
         "--image", action="append", default=[], type=Path, metavar="FILE", help="attach an image"
@@ -214,6 +220,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to quiet
+    except BaseException as error:
+        if not is_broken_pipe(error):
+            raise
+        return quiet_after_broken_pipe()
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser, subparsers = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
@@ -238,22 +255,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _tls_init(args)
     import anyio
 
-    from oma_bridge.client import ConnectOptionError, DaemonError, DaemonNotRunningError
-    from oma_bridge.wire.codes import FORBIDDEN, INVALID_PARAMS, NOT_FOUND
+    from oma_bridge.client import ClientError
 
     try:
         return anyio.run(_CLIENT_COMMANDS[args.command], args)
-    except ConnectOptionError as error:  # --url, --token-file or --ca-file that cannot work
-        print(f"oma-bridge: {error}", file=sys.stderr)
-        return EXIT_INVALID
-    except DaemonNotRunningError as error:
-        print(f"oma-bridge: {error}", file=sys.stderr)
-        return EXIT_NO_DAEMON
-    except DaemonError as error:
-        print(f"oma-bridge: {error.message}", file=sys.stderr)
-        # Not found, forbidden, invalid params: the user asked for something wrong.
-        bad_request = error.rpc_code in (NOT_FOUND, FORBIDDEN, INVALID_PARAMS)
-        return EXIT_INVALID if bad_request else EXIT_FAILED
+    except ClientError as error:
+        failure = client_failure(
+            error, token_file_given=getattr(args, "token_file", None) is not None
+        )
+        if failure is None:
+            raise
+        status, line = failure
+        print(line, file=sys.stderr)
+        return status
     except KeyboardInterrupt:
         return 130
 
@@ -270,6 +284,8 @@ def _parse_run(
     if at:  # options before the sub-command (only --version/--help exist)
         parser.parse_args(argv[:at])
     args = run.parse_intermixed_args(argv[at + 1 :])
+    if args.prompt is None:  # exits 2, with the usage
+        run.error('no prompt: give it after the agent, or "-" to read it from stdin')
     args.command = "run"
     return args
 
@@ -644,6 +660,8 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"oma-bridge: {error}", file=sys.stderr)
         return EXIT_INVALID
     overrides = {"systemPrompt": args.system} if args.system is not None else {}
+    result: Any = None
+    streamed = ""
     try:
         async with _connect(args) as client:
             agent = await client.open(args.agent, **overrides)
@@ -655,26 +673,26 @@ async def _run(args: argparse.Namespace) -> int:
                 if args.stream:
                     stream = agent.stream(run_input)
                     async for event in stream:
-                        if event.type == "text":
+                        if event.type == "text" and event.data:
                             sys.stdout.write(event.data)
                             sys.stdout.flush()
+                            streamed = event.data
                     result = stream.result
                 else:
                     result = await agent.run(run_input)
-                    sys.stdout.write(result.output)
             finally:
                 await agent.close()
     except InvalidMessageError as error:
         print(f"oma-bridge: InvalidMessageError: {error}", file=sys.stderr)
         return EXIT_INVALID
-    if result is not None and result.output and not result.output.endswith("\n"):
-        sys.stdout.write("\n")
-    if result is None or not result.success:
-        reason = result.status.message if result is not None else "no result"
-        code = result.status.code if result is not None else "error"
-        print(f"oma-bridge: run {code}: {reason}", file=sys.stderr)
+    if result is None:
+        print("oma-bridge: run error: the stream ended without a result", file=sys.stderr)
         return EXIT_FAILED
-    return 0
+    if args.stream:  # its text is out already, ended by a newline here
+        if streamed and not streamed.endswith("\n"):
+            sys.stdout.write("\n")
+        return _print_result(result, output=False)
+    return _print_result(result)
 
 
 async def _detach(client: Any, agent_id: str, run_input: Any) -> str:
@@ -781,10 +799,18 @@ async def _result(args: argparse.Namespace) -> int:
     return _print_result(result)
 
 
-def _print_result(result: Any) -> int:
-    """A run's output on stdout (ended by a newline); a failure's reason on stderr: exit 1."""
-    if result.output:
-        sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
+def _print_result(result: Any, *, output: bool = True) -> int:
+    """A run's output on stdout (ended by a newline); a failure's reason on stderr: exit 1.
+
+    A failed run's output that is only its error's message (a provider's
+    refusal, a missing key: ``AgentRunResult.failed``) is not output: it is
+    said once, on stderr (PROTOCOL §18.3); partial output still goes to stdout.
+    """
+    text = result.output
+    if not result.success and text == result.status.message:
+        text = ""
+    if output and text:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if result.success:
         return 0
     print(f"oma-bridge: run {result.status.code}: {result.status.message}", file=sys.stderr)

@@ -427,7 +427,8 @@ async def connect(
         body = error.response.body.decode("utf-8", "replace").strip() if error.response.body else ""
         raise DaemonUnavailableError(
             f"the daemon at {where} refused the connection: "
-            f"HTTP {error.response.status_code}" + (f": {body}" if body else "")
+            f"HTTP {error.response.status_code}" + (f": {body}" if body else ""),
+            status=error.response.status_code,
         ) from None
     except ssl.SSLError as error:  # before OSError, which it is
         raise _tls_failure(where, error) from None

@@ -54,7 +54,15 @@ class DaemonNotRunningError(ClientError, RuntimeError):
 
 
 class DaemonUnavailableError(DaemonNotRunningError):
-    """The daemon answered the connection with an HTTP error (a 503, say)."""
+    """The daemon answered the connection with an HTTP error (a 503, say).
+
+    ``status`` is the HTTP status: 401 and 403 are a refusal (no token or a
+    wrong one, a Host or Origin it does not take), not a daemon that is missing.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class DaemonTLSError(DaemonNotRunningError):

@@ -30,6 +30,12 @@ kind = "process"
 command = "sleep"
 args = ["6"]
 input = "none"
+
+[agents.fails]
+kind = "process"
+command = "sh"
+args = ["-c", "echo partial; exit 3"]
+input = "none"
 """
 
 PNG = bytes.fromhex("89504e470d0a1a0a")
@@ -116,7 +122,9 @@ def test_status_wait_idle_waits_for_the_runs_in_flight(
     """``status --wait-idle S``: what a preStop hook runs (deploy/kubernetes/deployment.yaml)."""
     assert cli(env, "status", "--wait-idle", "5").returncode == 0  # idle: at once
     nap = subprocess.Popen(
-        [sys.executable, "-m", "oma_bridge.cli", "run", "nap"], env=env, stdout=subprocess.DEVNULL
+        [sys.executable, "-m", "oma_bridge.cli", "run", "nap", "go"],
+        env=env,
+        stdout=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 10
@@ -167,6 +175,50 @@ def test_unknown_profile_is_bad_input(env: dict[str, str], daemon: subprocess.Po
     out = cli(env, "run", "nope", "x")
     assert out.returncode == 2
     assert out.stderr.strip() == 'oma-bridge: Not found: no agent profile named "nope"'
+
+
+def test_exit_statuses_of_the_contract(env: dict[str, str], daemon: subprocess.Popen[str]) -> None:
+    """PROTOCOL §18.3: 0 success, 1 a failed run, 2 bad input or usage (3 and 4: above, and
+    tests/cli/test_remote.py)."""
+    assert cli(env, "run", "echo", "hi").returncode == 0
+    failed = cli(env, "run", "fails", "go")
+    assert failed.returncode == 1
+    # The failure is said once, on stderr; its message is not output (stdout).
+    assert failed.stdout == "", failed.stderr
+    [line] = failed.stderr.splitlines()
+    assert line.startswith("oma-bridge: run error: ") and "3" in line, line
+    # No prompt is a usage error, not a run of nothing (stdin is not read without "-").
+    usage = cli(env, "run", "echo", stdin="not read")
+    assert usage.returncode == 2
+    assert usage.stdout == ""
+    assert usage.stderr.splitlines()[0].startswith("usage: oma-bridge run ")
+    assert usage.stderr.splitlines()[-1] == (
+        'oma-bridge run: error: no prompt: give it after the agent, or "-" to read it from stdin'
+    )
+    assert cli(env, "run", "nope", "x").returncode == 2  # an unknown profile
+    assert cli(env, "status", "--wait-idle", "x").returncode == 2  # argparse's own
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["status"], ["agents"], ["run", "echo", "hi"], ["run", "echo", "--stream", "hi"]],
+)
+def test_a_closed_stdout_ends_quietly(
+    env: dict[str, str], daemon: subprocess.Popen[str], command: list[str]
+) -> None:
+    """``oma-bridge status | head``: the reader gone before the output, no traceback."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "oma_bridge.cli", *command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # as `head` does once it has read enough
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141, stderr  # 128 + SIGPIPE, as a shell says
+    assert stderr == ""  # not a BrokenPipeError traceback, nor "Exception ignored"
 
 
 def test_bad_config_stops_serve_with_one_line(env: dict[str, str], tmp_path: Path) -> None:

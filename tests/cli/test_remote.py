@@ -170,14 +170,29 @@ def test_a_plain_ws_url_to_the_tls_listener_exits_3(remote: Remote) -> None:
     assert cli(remote.env, "agents", *remote.options()).returncode == 0
 
 
-def test_a_wrong_token_exits_3_and_is_not_printed(remote: Remote, folder: Path) -> None:
+def test_a_wrong_token_exits_4_and_is_not_printed(remote: Remote, folder: Path) -> None:
     wrong = folder / "wrong-token"
     wrong.write_text("w" * 64)
     options = ["--url", remote.url, "--token-file", str(wrong), "--ca-file", str(remote.ca)]
     done = cli(remote.env, "status", *options)
-    assert done.returncode == 3
-    assert "HTTP 401" in done.stderr
+    assert done.returncode == 4  # refused by the daemon (PROTOCOL §18.3), not "no daemon" (3)
+    [line] = done.stderr.splitlines()
+    assert line == (
+        f"oma-bridge: the daemon at {remote.url} refused the connection: HTTP 401: "
+        "Unauthorized; the daemon's token in the file of --token-file is wrong"
+    )
     assert "w" * 64 not in done.stderr + done.stdout
+
+
+def test_a_url_without_a_token_is_refused_not_missing(remote: Remote) -> None:
+    """HTTP 401 is the daemon saying no: exit 4, and the line says how to give the token."""
+    done = cli(remote.env, "status", "--url", remote.url, "--ca-file", str(remote.ca))
+    assert done.returncode == 4, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line == (
+        f"oma-bridge: the daemon at {remote.url} refused the connection: HTTP 401: "
+        "Unauthorized; give the daemon's token with --token-file FILE"
+    )
 
 
 @pytest.mark.parametrize(
