@@ -398,6 +398,9 @@ async def _agents(args: argparse.Namespace) -> int:
     if advertised:
         print("\nCAPABILITIES (what each acp agent said at its last initialize)")
         print(_table(["NAME", "LOAD", "SESSION", "PROMPT", "MCP", "AUTH"], advertised))
+    for agent in agents:  # a profile whose runs would fail: said, not an error of `agents`
+        if not agent.get("ready", True):
+            print(f"oma-bridge: {agent['name']}: not ready: {agent['notReady']}", file=sys.stderr)
     failed = [a for a in agents if "probeError" in a]
     for agent in failed:
         print(f"oma-bridge: {agent['name']}: {agent['probeError']}", file=sys.stderr)

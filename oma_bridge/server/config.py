@@ -47,6 +47,7 @@ from oma_bridge.backends.acp.config import AcpSettings
 from oma_bridge.backends.llm.config import LlmSettings
 from oma_bridge.backends.process.config import ProcessSettings
 from oma_bridge.paths import default_config_path, default_socket_path
+from oma_bridge.server.config_words import type_problem
 from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
 from oma_bridge.server.registry_profiles import RegistryProfileError, resolve_registry_profiles
 
@@ -460,11 +461,15 @@ _KINDS = ("llm", "process", "acp")
 
 def _dotted(loc: tuple[int | str, ...]) -> str:
     # "[key]" marks a dict key that failed validation: the error is about the name itself.
-    parts = [str(part) for part in loc if part != "[key]"]
+    parts = [part for part in loc if part != "[key]"]
     # A tagged union puts the tag between the agent's name and the key.
     if len(parts) > 2 and parts[0] == "agents" and parts[2] in _KINDS:
         del parts[2]
-    return ".".join(parts)
+    # A list's item as TOML users write it: ``agents.wc.args[0]``.
+    return "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" if index else str(part)
+        for index, part in enumerate(parts)
+    )
 
 
 def _problem(error: Any) -> str:
@@ -492,11 +497,13 @@ def parse_config(text: str, *, source: str, base_dir: Path) -> ServerConfig:
     try:
         config = ServerConfig.model_validate(raw, context={"base_dir": base_dir})
     except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
+        # With its input, whose TOML type (never its value) the message names.
+        first = exc.errors(include_url=False)[0]
         key = _dotted(first["loc"])
         if first["type"] in ("union_tag_not_found", "union_tag_invalid"):
             key += ".kind"
-        raise ConfigError(source, key, _problem(first)) from None
+        problem = type_problem(first, ServerConfig) or _problem(first)
+        raise ConfigError(source, key, problem) from None
     except RegistryProfileError as exc:
         raise ConfigError(source, exc.key, exc.problem) from None
     config.came_from(source)

@@ -37,6 +37,7 @@ from oma_bridge import telemetry
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.private_files import NotPrivateError, make_private_folder, open_private
+from oma_bridge.provider_keys import in_the_daemon
 from oma_bridge.redaction import add_secrets
 from oma_bridge.rpc import unwrap_single_error
 from oma_bridge.server.acp.facade import AcpFacade
@@ -47,6 +48,7 @@ from oma_bridge.server.exhaustion import ConnectionRefuser
 from oma_bridge.server.gateway import Gateway
 from oma_bridge.server.listeners import ConnectionSlots, StartupError
 from oma_bridge.server.metrics import Metrics, Recorder
+from oma_bridge.server.profiles import not_ready
 from oma_bridge.server.remote_profiles import check_remote_profiles
 from oma_bridge.server.sdnotify import Notifier
 from oma_bridge.supervision.supervisor import Supervisor, configure_supervisor, reap_leftovers
@@ -323,6 +325,19 @@ def _check_state_dir(state_dir: Path) -> None:
             probe.unlink()
 
 
+def _warn_not_ready(config: ServerConfig) -> None:
+    """One warning per profile whose runs would fail for want of a key (PROTOCOL §18.3)."""
+    for name, profile in config.agents.items():
+        reason = not_ready(profile)
+        if reason is not None:
+            logger.warning(
+                'agent profile "%s" is not ready: %s; its runs fail until it is set '
+                "and the daemon restarted",
+                name,
+                reason,
+            )
+
+
 async def run_daemon(
     config: ServerConfig,
     *,
@@ -349,6 +364,8 @@ async def run_daemon(
     if config_path is None and config.source != EMBEDDED_SOURCE:
         config_path = config.source
     _redact_secrets_of(config)
+    in_the_daemon()  # "... is not set in the daemon's environment" (PROTOCOL §18.3)
+    _warn_not_ready(config)
     state_dir = state_dir or default_state_dir()
     _check_state_dir(state_dir)
     reaped = reap_leftovers(state_dir)

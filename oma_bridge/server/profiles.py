@@ -1,7 +1,8 @@
 """Declared agent profiles: their public view, and the library config they stand for.
 
 :func:`agent_profile_info` is what clients may learn: exactly ``{"name",
-"kind", "description"?, "model"?}`` (docs/contract.md §4, §11.27), for a
+"kind", "description"?, "model"?}`` (docs/contract.md §4, §11.27), ``"ready"``
+and why not (``"notReady"``: a key variable that is not set, §18.3), for a
 process or acp profile its ``"sandbox": {"kind", "network"}`` (§19.1), and
 for an acp profile what its agent said it can do (PROTOCOL §22.2); nothing
 about commands, arguments, environments or folders leaves the daemon.
@@ -27,16 +28,31 @@ from oma_bridge.agent import AgentConfig
 from oma_bridge.backends.acp.config import AcpConfig
 from oma_bridge.backends.llm.config import LlmConfig
 from oma_bridge.backends.process.config import ProcessConfig
+from oma_bridge.provider_keys import missing_key
 from oma_bridge.server.config import AcpProfile, LlmProfile, ProcessProfile, ServerSection
 
-__all__ = ["agent_profile_info", "agent_profile_infos", "profile_agent_config"]
+__all__ = ["agent_profile_info", "agent_profile_infos", "not_ready", "profile_agent_config"]
 
 Profile = LlmProfile | ProcessProfile | AcpProfile
 
 
+def not_ready(profile: Profile) -> str | None:
+    """Why a run of ``profile`` would fail before it starts, ``None`` when it can run.
+
+    An llm profile whose key variable is not set in the daemon's environment
+    (PROTOCOL §18.3): ``ANTHROPIC_API_KEY is not set in the daemon's environment``.
+    """
+    if not isinstance(profile, LlmProfile):
+        return None
+    return missing_key(profile.provider, profile.api_key_env, profile.base_url)
+
+
 def agent_profile_info(name: str, profile: Profile) -> dict[str, Any]:
     """The public view of one profile."""
-    info: dict[str, Any] = {"name": name, "kind": profile.kind}
+    reason = not_ready(profile)
+    info: dict[str, Any] = {"name": name, "kind": profile.kind, "ready": reason is None}
+    if reason is not None:
+        info["notReady"] = reason
     if profile.description is not None:
         info["description"] = profile.description
     model = profile.model if isinstance(profile, LlmProfile | AcpProfile) else None

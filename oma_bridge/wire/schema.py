@@ -629,6 +629,10 @@ class AdvertisedCapabilities(TypedDict):
 class AgentProfileInfo(TypedDict):
     name: str
     kind: Literal["llm", "process", "acp"]
+    #: A run of it can start (PROTOCOL §18.3); else ``notReady`` says why.
+    ready: bool
+    #: e.g. ``ANTHROPIC_API_KEY is not set in the daemon's environment``.
+    notReady: NotRequired[str]
     description: NotRequired[str]
     model: NotRequired[str]
     #: Process and acp profiles.

@@ -9,6 +9,7 @@ request, a raw websocket where none would (an unknown method).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,13 @@ def test_the_facade_s_refusals_carry_details(facade: Facade, tmp_path: Path) -> 
     error = run.error("new")
     assert error["code"] == -32012
     assert error["data"] == {"name": "Forbidden", "details": error["message"]}
-    assert error["message"].startswith(f"Forbidden: cwd {outside} is outside the workspace roots")
+    # PROTOCOL §18.3: the roots, the key, the config file to put the folder in.
+    root, real = os.path.realpath(facade.work), os.path.realpath(outside)
+    assert error["message"] == (
+        f"Forbidden: cwd {outside} is outside the workspace roots ({root}); to allow it, add "
+        f"it to [server] workspace_roots in {facade.root / 'bridge.toml'}: "
+        f'workspace_roots = ["{root}", "{real}"], then restart the daemon'
+    )
 
 
 @pytest.mark.anyio

@@ -36,6 +36,12 @@ kind = "process"
 command = "sh"
 args = ["-c", "echo partial; exit 3"]
 input = "none"
+
+[agents.claude]
+kind = "llm"
+provider = "anthropic"
+model = "claude-sonnet-4-5"
+api_key_env = "OMA_TEST_UNSET_KEY"
 """
 
 PNG = bytes.fromhex("89504e470d0a1a0a")
@@ -50,6 +56,7 @@ def env() -> Iterator[dict[str, str]]:
         "XDG_STATE_HOME": str(folder / "state"),
         "XDG_CONFIG_HOME": str(folder / "config"),
     }
+    environment.pop("OMA_TEST_UNSET_KEY", None)  # the claude profile's key: never set here
     (folder / "run").mkdir(mode=0o700)
     yield environment
     shutil.rmtree(folder, ignore_errors=True)
@@ -172,9 +179,79 @@ def test_images_are_structured_input(
 
 
 def test_unknown_profile_is_bad_input(env: dict[str, str], daemon: subprocess.Popen[str]) -> None:
+    """PROTOCOL §18.3: the profiles there are, and the nearest name when one is near."""
+    profiles = "(the profiles: claude, echo, fails, nap, wordcount)"
     out = cli(env, "run", "nope", "x")
     assert out.returncode == 2
-    assert out.stderr.strip() == 'oma-bridge: Not found: no agent profile named "nope"'
+    assert out.stderr.strip() == f'oma-bridge: Not found: no agent profile named "nope" {profiles}'
+    typo = cli(env, "run", "ecoh", "hi")
+    assert typo.returncode == 2
+    assert typo.stderr.splitlines() == [
+        f'oma-bridge: Not found: no agent profile named "ecoh"; did you mean "echo"? {profiles}'
+    ]
+
+
+KEY_NOT_SET = "OMA_TEST_UNSET_KEY is not set in the daemon's environment"
+
+
+def test_a_profile_without_its_key_says_where_to_set_it(
+    env: dict[str, str], daemon: subprocess.Popen[str]
+) -> None:
+    """PROTOCOL §18.3: `agents` warns; the run fails with the sentence, once, on stderr."""
+    agents = cli(env, "agents")
+    assert agents.returncode == 0
+    assert agents.stderr.splitlines() == [f"oma-bridge: claude: not ready: {KEY_NOT_SET}"]
+    run = cli(env, "run", "claude", "hello")
+    assert run.returncode == 1
+    assert run.stdout == "", run.stderr  # the error is not output
+    assert run.stderr.splitlines() == [
+        f'oma-bridge: run error: Agent "claude": no API key: the variable {KEY_NOT_SET} '
+        "(api_key_env); set it where the daemon starts (under systemd: "
+        "`systemctl --user edit oma-bridge`, Environment=) and restart the daemon"
+    ]
+    # The other profiles are ready, and say nothing.
+    assert "echo: not ready" not in agents.stderr
+
+
+def test_the_daemon_warns_at_start_of_a_profile_without_its_key(env: dict[str, str]) -> None:
+    config = Path(env["XDG_CONFIG_HOME"]) / "keys.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(CONFIG)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "oma_bridge.cli", "serve", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    discovery = Path(env["XDG_RUNTIME_DIR"]) / "oma-bridge" / "bridge.json"
+    deadline = time.monotonic() + 20
+    while not discovery.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    log, _ = process.communicate(timeout=20)
+    warned = [line for line in log.splitlines() if "is not ready" in line]
+    assert len(warned) == 1, log  # one line per profile that cannot run: claude alone
+    assert warned[0].endswith(
+        f'agent profile "claude" is not ready: {KEY_NOT_SET}; its runs fail until it is set '
+        "and the daemon restarted"
+    ), warned
+
+
+def test_a_config_value_of_the_wrong_type_is_said_in_toml_words(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """``args = "-w"``: not ``Input should be a valid tuple`` (PROTOCOL §18.3)."""
+    for value, problem in [
+        ('"-w"', "expected a list of strings, got a string"),
+        ("[1]", "expected a string, got an integer"),
+    ]:
+        config = tmp_path / "typed.toml"
+        config.write_text(f'[agents.wc]\nkind = "process"\ncommand = "wc"\nargs = {value}\n')
+        out = cli(env, "serve", "--config", str(config))
+        assert out.returncode == 2
+        key = "agents.wc.args" if value == '"-w"' else "agents.wc.args[0]"
+        assert out.stderr.splitlines()[-1] == f"oma-bridge: {config}: {key}: {problem}"
 
 
 def test_exit_statuses_of_the_contract(env: dict[str, str], daemon: subprocess.Popen[str]) -> None:

@@ -229,7 +229,8 @@ def test_graph_errors_from_the_daemon_name_the_file_and_the_task(
     unknown = cli(env, "team", str(team))
     assert (unknown.returncode, unknown.stderr) == (
         2,
-        'oma-bridge: Not found: no agent profile named "nobody"\n',
+        'oma-bridge: Not found: no agent profile named "nobody" '
+        "(the profiles: cat, echo, failing)\n",
     )
 
 

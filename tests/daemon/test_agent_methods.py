@@ -33,7 +33,12 @@ STRUCTURED = [
 
 async def test_echo_run_stream_prompt_history_reset_close(short_dir: Path) -> None:
     async with daemon(short_dir), connect(discovery_dir=short_dir) as client:
-        assert client.profiles[0] == {"name": "echo", "kind": "llm", "model": "echo-1"}
+        assert client.profiles[0] == {
+            "name": "echo",
+            "kind": "llm",
+            "ready": True,
+            "model": "echo-1",
+        }
         agent = await client.open("echo")
         result = await agent.run(STRUCTURED, run_id="r-1")
         assert result.output == "What is shown here? [image:image/png]"
@@ -148,7 +153,7 @@ async def test_hooks_over_the_wire(short_dir: Path) -> None:
         result = await agent.prompt("quiet words")
         assert result.output == "QUIET WORDS!"
         assert seen[0]["prompt"] == "quiet words"
-        assert seen[0]["agent"] == {"name": "echo", "kind": "llm", "model": "echo-1"}
+        assert seen[0]["agent"] == {"name": "echo", "kind": "llm", "ready": True, "model": "echo-1"}
         assert (await agent.history())[0]["content"][0]["text"] == "quiet words"
 
 

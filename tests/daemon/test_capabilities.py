@@ -74,7 +74,7 @@ async def test_capabilities_after_a_first_prompt_and_after_a_probe(short_dir: Pa
         assert login["loadSession"] is False  # session/new would want the login: never sent
         assert "could not be started" in str(probed["broken"]["probeError"])
         assert "capabilities" not in probed["broken"]
-        assert probed["echo"] == {"name": "echo", "kind": "llm", "model": "echo-1"}
+        assert probed["echo"] == {"name": "echo", "kind": "llm", "ready": True, "model": "echo-1"}
         new_scenario = probed["scenario"]["capabilities"]
         assert isinstance(new_scenario, dict)
         assert new_scenario["initializedAt"] >= shown["initializedAt"]  # type: ignore[operator]

@@ -82,9 +82,21 @@ async def test_initialize_result_and_agents_list(short_dir: Path) -> None:
         assert result["serverInfo"]["name"] == "oma-bridge"
         assert isinstance(result["serverInfo"]["version"], str)
         expected = [
-            {"name": "echo", "kind": "llm", "description": "echo", "model": "echo-1"},
-            {"name": "wordcount", "kind": "process", "sandbox": UNSANDBOXED},
-            {"name": "demo", "kind": "acp", "model": "demo-model", "sandbox": UNSANDBOXED},
+            {
+                "name": "echo",
+                "kind": "llm",
+                "ready": True,
+                "description": "echo",
+                "model": "echo-1",
+            },
+            {"name": "wordcount", "kind": "process", "ready": True, "sandbox": UNSANDBOXED},
+            {
+                "name": "demo",
+                "kind": "acp",
+                "ready": True,
+                "model": "demo-model",
+                "sandbox": UNSANDBOXED,
+            },
         ]
         assert result["agents"] == expected
         listed = await call(ws, "agents/list", request_id=2)

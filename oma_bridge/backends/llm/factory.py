@@ -14,7 +14,7 @@ from oma_bridge.backends.llm.types import (
     LLMAdapter,
 )
 from oma_bridge.errors import ProviderError
-from oma_bridge.provider_keys import DEFAULT_KEY_ENV
+from oma_bridge.provider_keys import DEFAULT_KEY_ENV, required_key_variable
 
 __all__ = ["DEFAULT_CALL_TIMEOUT_MS", "PROVIDERS", "create_adapter"]
 
@@ -49,10 +49,11 @@ def create_adapter(
             f'Agent "{agent_name}": provider {provider!r} needs a model (model is not set)',
             provider=provider,
         )
+    variable = required_key_variable(provider, api_key_env, base_url)
     key = ApiKey(
-        env_var=api_key_env or DEFAULT_KEY_ENV[provider],
+        env_var=variable or api_key_env or DEFAULT_KEY_ENV[provider],
         agent_name=agent_name,
-        required=provider == "anthropic" or bool(api_key_env) or not base_url,
+        required=variable is not None,
     )
     http = ProviderHTTP(
         provider,

@@ -40,6 +40,7 @@ import orjson
 from oma_bridge.backends.llm.sse import SSEEvent, aiter_sse
 from oma_bridge.backends.llm.types import StreamDelta
 from oma_bridge.errors import LLMCallTimeoutError, ProviderError, is_retryable
+from oma_bridge.provider_keys import key_fix, key_not_set
 from oma_bridge.redaction import add_secrets, redact
 
 __all__ = ["ApiKey", "ProviderHTTP", "RetryPolicy"]
@@ -80,9 +81,11 @@ class ApiKey:
     def get(self) -> str | None:
         value = os.environ.get(self.env_var) or None
         if value is None and self.required:
+            # "... is not set in the daemon's environment" in the daemon (PROTOCOL §18.3);
+            # "key: the variable" is prose, which redaction leaves alone.
             raise ProviderError(
-                f'Agent "{self.agent_name}": no API key: the environment variable '
-                f"{self.env_var} (api_key_env) is not set"
+                f'Agent "{self.agent_name}": no API key: the variable '
+                f"{key_not_set(self.env_var)} (api_key_env){key_fix()}"
             )
         return value
 

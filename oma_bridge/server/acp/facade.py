@@ -46,6 +46,7 @@ from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.agents.runs import Runs
 from oma_bridge.server.agents.turns import TurnRunner
 from oma_bridge.server.config import LlmProfile
+from oma_bridge.server.fixes import no_such_profile, outside_the_roots
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
@@ -216,7 +217,7 @@ class _Connection:
             )
         profile = self._profile_or_none(name)
         if profile is None:
-            raise _bad(f'no agent profile named "{name}" (the profiles: {names})')
+            raise _bad(no_such_profile(name, self.host.config.agents))
         return name, profile
 
     def _folder(self, name: str, profile: Profile, params: dict[str, Any]) -> str | None:
@@ -233,8 +234,8 @@ class _Connection:
             real = Path(os.path.realpath(cwd))
             roots = [Path(os.path.realpath(root)) for root in self.host.settings.workspace_roots]
             if not any(real == root or root in real.parents for root in roots):
-                shown = ", ".join(str(root) for root in roots)
-                raise forbidden(f"cwd {cwd} is outside the workspace roots ({shown})")
+                source = self.host.config.source
+                raise forbidden(outside_the_roots(cwd, real, roots, source))
             if not real.is_dir():
                 raise _bad(f"cwd {cwd} is not a folder")
             return str(real)

@@ -35,6 +35,7 @@ from oma_bridge.server.agents.runs import Runs
 from oma_bridge.server.agents.status import AGENT_ID_LABEL, AgentBoard
 from oma_bridge.server.agents.store import PersistedSession, SessionStore
 from oma_bridge.server.config import ServerConfig, ServerSection
+from oma_bridge.server.fixes import no_such_profile
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
 from oma_bridge.wire.codes import RUN_IN_PROGRESS, invalid_message, invalid_params, not_found
@@ -105,7 +106,7 @@ class AgentHost:
         """The declared profile ``name``; -32011 when there is none."""
         profile = self.config.agents.get(name)
         if profile is None:
-            raise not_found(f'no agent profile named "{name}"')
+            raise not_found(no_such_profile(name, self.config.agents))  # and the nearest
         return profile
 
     def get(self, agent_id: str) -> HostedAgent:

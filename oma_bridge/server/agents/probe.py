@@ -27,6 +27,7 @@ from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.overrides import agent_config
 from oma_bridge.server.agents.status import AGENT_ID_LABEL
 from oma_bridge.server.config import ServerSection
+from oma_bridge.server.fixes import no_such_profile
 from oma_bridge.server.profiles import Profile, agent_profile_infos
 from oma_bridge.wire.codes import invalid_params, not_found
 
@@ -46,7 +47,7 @@ def probed_names(asked: Collection[str] | None, profiles: Mapping[str, Profile])
         return [name for name, profile in profiles.items() if profile.kind == "acp"]
     for index, name in enumerate(asked):
         if name not in profiles:
-            raise not_found(f'no agent profile named "{name}"')
+            raise not_found(no_such_profile(name, profiles))
         if profiles[name].kind != "acp":
             message = f"a {profiles[name].kind} profile: only acp agents say what they can do"
             raise invalid_params([{"loc": ["profiles", index], "msg": message, "type": "kind"}])
