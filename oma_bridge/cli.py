@@ -212,6 +212,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         help="write no config: print the [server] lines instead (a read-only or mounted config)",
     )
 
+    worktrees = commands.add_parser(
+        "worktrees",
+        help='list the git worktrees of cwd = "worktree" agents (docs/isolation.md)',
+        parents=[remote],
+    )
+    worktrees.add_argument(
+        "--prune",
+        action="store_true",
+        help="remove the worktrees (and branches) whose agent is gone and that have no change",
+    )
+
     team = commands.add_parser(
         "team", help="run a task list or a team described in a TOML file (docs/teams.md)"
     )
@@ -1204,9 +1215,43 @@ def _first_line(text: Any) -> str:
     return str(text).strip().partition("\n")[0]
 
 
+async def _worktrees(args: argparse.Namespace) -> int:
+    """``worktrees/list`` or ``worktrees/prune`` (extensions), as tables."""
+    async with _connect(args) as client:
+        if args.prune:
+            answer = await client.request("worktrees/prune", {})
+        else:
+            answer = {"kept": (await client.request("worktrees/list", {}))["worktrees"]}
+    header = ["AGENT ID", "PROFILE", "AGENT", "BRANCH", "BASE", "CHANGES", "PATH"]
+
+    def rows(listed: list[dict[str, Any]]) -> list[list[str]]:
+        return [
+            [
+                row["agentId"],
+                row.get("profile") or "-",
+                row["agent"],
+                row["branch"],
+                row["base"][:12],
+                row["changes"],
+                row["path"],
+            ]
+            for row in listed
+        ]
+
+    if args.prune:
+        removed = answer["removed"]
+        print(f"removed {len(removed)} worktree(s) with their branches")
+        if removed:
+            print(_table(header, rows(removed)))
+        print(f"\nkept {len(answer['kept'])}")
+    print(_table(header, rows(answer["kept"])) if answer["kept"] else "  (none)")
+    return 0
+
+
 _CLIENT_COMMANDS = {
     "agents": _agents,
     "status": _status,
+    "worktrees": _worktrees,
     "run": _run,
     "watch": _watch,
     "result": _result,

@@ -37,6 +37,7 @@ __all__ = [
     "UnsupportedToolCallError",
     "UnsupportedToolResultContentError",
     "WireError",
+    "WorktreeError",
     "is_retryable",
     "kind_of",
 ]
@@ -222,6 +223,27 @@ class SandboxUnavailableError(BackendError):
         super().__init__(f"The sandbox cannot be applied: {reason}. To fix it: {fix}.")
         self.reason = reason
         self.fix = fix
+
+
+class WorktreeError(OMAError):
+    """A git worktree of the client's repository cannot be made or ended (PROTOCOL §19.2).
+
+    ``reason`` says why (the folder is not in a git repository, the
+    repository has no commit, git is missing or failed); the message adds
+    how to fix it when there is a fix.  ``not_a_repository`` marks the
+    client's mistake (the daemon answers it -32602) from the machine's.
+    """
+
+    code = "WORKTREE_ERROR"
+    retryable = False
+
+    def __init__(
+        self, reason: str, fix: str | None = None, *, not_a_repository: bool = False
+    ) -> None:
+        super().__init__(f"{reason}. To fix it: {fix}." if fix else reason)
+        self.reason = reason
+        self.fix = fix
+        self.not_a_repository = not_a_repository
 
 
 class ProviderError(OMAError):

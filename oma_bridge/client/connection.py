@@ -126,9 +126,17 @@ class Client:
         *,
         before_run: Callable[..., Any] | None = None,
         after_run: Callable[..., Any] | None = None,
+        cwd: str | None = None,
+        resume: str | None = None,
         **overrides: Any,
     ) -> RemoteAgent:
-        """Open an agent of a declared profile; ``overrides`` use the wire's camelCase keys."""
+        """Open an agent of a declared profile; ``overrides`` use the wire's camelCase keys.
+
+        ``cwd``: the client's folder, for a ``cwd = "client"`` or
+        ``"worktree"`` profile (the agent's worktree is then in
+        :attr:`RemoteAgent.worktree`); ``resume``: an agent persisted before
+        a restart, reattached.
+        """
         config = dict(overrides)
         hooks = {"beforeRun": before_run is not None, "afterRun": after_run is not None}
         if any(hooks.values()):
@@ -136,8 +144,15 @@ class Client:
         params: dict[str, Any] = {"profile": profile}
         if config:
             params["config"] = config
+        if cwd is not None:
+            params["cwd"] = cwd
+        if resume is not None:
+            params["resume"] = resume
         answer = await self.request("agent/open", params)
-        return RemoteAgent(self, answer["agentId"], profile, before_run, after_run)
+        worktree = answer.get("worktree")
+        return RemoteAgent(
+            self, answer["agentId"], profile, before_run, after_run, worktree=worktree
+        )
 
     async def attach(
         self,

@@ -46,7 +46,8 @@ class RemoteAgent:
     wire method, with the same names and results (awaited, since each is a request).
 
     ``before_run`` and ``after_run`` answer the daemon's hooks for this agent
-    on this connection until :meth:`close`.
+    on this connection until :meth:`close`.  ``worktree`` is ``{"path",
+    "branch", "base"}`` for an agent of a ``cwd = "worktree"`` profile.
     """
 
     def __init__(
@@ -56,12 +57,14 @@ class RemoteAgent:
         profile: str,
         before_run: Callable[..., Any] | None,
         after_run: Callable[..., Any] | None,
+        worktree: dict[str, Any] | None = None,
     ) -> None:
         self.client = client
         self.agent_id = agent_id
         self.profile = profile
         self.before_run = before_run
         self.after_run = after_run
+        self.worktree = worktree
         self._hooks = client.routes.hooks(agent_id, self)
 
     async def run(
@@ -113,9 +116,15 @@ class RemoteAgent:
         return any(cancelled)
 
     async def close(self) -> None:
-        """``agent/close``: the daemon disposes of the agent (its processes end)."""
-        await self.client.request("agent/close", {"agentId": self.agent_id})
+        """``agent/close``: the daemon disposes of the agent (its processes end).
+
+        An agent that had a worktree: :attr:`worktree` then also says
+        whether it was ``kept`` (it changed) and its ``changes``.
+        """
+        answer = await self.client.request("agent/close", {"agentId": self.agent_id})
         self._hooks.close()
+        if isinstance(answer, dict) and isinstance(answer.get("worktree"), dict):
+            self.worktree = answer["worktree"]
 
     async def __aenter__(self) -> RemoteAgent:
         return self

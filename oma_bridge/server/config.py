@@ -287,9 +287,10 @@ class _CommandProfileKeys(_ProfileKeys):
     #: :meth:`ServerConfig.secret_variables`), taken from the daemon's environment.
     pass_env: tuple[NonEmptyStr, ...] = ()
     #: A folder (relative to the config file's), or ``"client"``: an ACP
-    #: client's ``session/new`` cwd (inside ``workspace_roots``); unset, the
-    #: daemon's own working folder.
-    cwd: Literal["client"] | ConfigPath | None = None
+    #: client's ``session/new`` cwd (inside ``workspace_roots``), or
+    #: ``"worktree"``: a git worktree of the client's repository per agent
+    #: (PROTOCOL §19.2, docs/isolation.md); unset, the daemon's own working folder.
+    cwd: Literal["client", "worktree"] | ConfigPath | None = None
 
     @field_validator("command", check_fields=False)
     @classmethod
@@ -350,6 +351,11 @@ class AcpProfile(AcpSettings, _CommandProfileKeys):
             raise ValueError("command and registry do not go together: the registry gives one")
         if self.registry is not None and self.url is not None:
             raise ValueError("url and registry do not go together: a remote agent is not started")
+        if self.url is not None and self.cwd == "worktree":
+            raise ValueError(
+                'cwd = "worktree" needs a local agent: a remote one (url) does not see the '
+                "worktrees of this host (name its folder there with remote_cwd)"
+            )
         return self
 
 

@@ -96,6 +96,9 @@ class OpenParams(WireParams):
     config: AgentOverrides | None = None
     #: Reattach to this agent (after a restart, its persisted session).
     resume: StrictStr | None = Field(default=None, min_length=1)
+    #: The client's folder, for a ``cwd = "client"`` or ``"worktree"`` profile
+    #: (PROTOCOL §19.2): an absolute path inside the workspace roots.
+    cwd: StrictStr | None = Field(default=None, min_length=1)
 
 
 #: What a run does when its connection closes (``docs/sessions.md``).
@@ -163,10 +166,13 @@ class TaskParams(WireParams):
     maxRetries: StrictInt | None = Field(default=None, ge=0)
     retryDelayMs: StrictFloat | None = Field(default=None, ge=0)
     retryBackoff: StrictFloat | None = Field(default=None, gt=0)
+    #: The client's folder for a ``cwd = "worktree"`` assignee: the task gets a
+    #: worktree of its repository (PROTOCOL §19.2); the daemon's, not the library's.
+    cwd: StrictStr | None = Field(default=None, min_length=1)
 
     def task(self) -> dict[str, Any]:
         """The task as the library's wire mapping (unset keys left out: its defaults apply)."""
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(exclude_none=True, exclude={"cwd"})
 
 
 class RunTasksParams(WireParams):

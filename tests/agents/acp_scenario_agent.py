@@ -77,8 +77,8 @@ class ScenarioAgent:
         self.authed = True
         return schema.AuthenticateResponse()
 
-    def _open(self, session_id: str, how: str) -> None:
-        self.sessions[session_id] = {"how": how, "turns": 0, "model": None}
+    def _open(self, session_id: str, how: str, cwd: str = "") -> None:
+        self.sessions[session_id] = {"how": how, "turns": 0, "model": None, "cwd": cwd}
         self.cancelled[session_id] = asyncio.Event()
 
     async def new_session(self, cwd: str, **kwargs: Any) -> schema.NewSessionResponse:
@@ -86,7 +86,7 @@ class ScenarioAgent:
             raise RequestError(-32000, "Authentication required: set token=abc123secret")
         self.counter += 1
         session_id = f"s{os.getpid()}-{self.counter}"
-        self._open(session_id, "new")
+        self._open(session_id, "new", cwd)
         if os.environ.get("ACP_TEST_EARLY"):
             await self.conn.session_update(
                 session_id,
@@ -115,7 +115,7 @@ class ScenarioAgent:
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> None:
         if os.environ.get("ACP_TEST_LOAD_FAILS"):
             raise RequestError(-32002, f"no session {session_id} here")
-        self._open(session_id, "load")
+        self._open(session_id, "load", cwd)
         return None
 
     async def resume_session(
@@ -123,7 +123,7 @@ class ScenarioAgent:
     ) -> schema.ResumeSessionResponse:
         if os.environ.get("ACP_TEST_LOAD_FAILS"):
             raise RequestError(-32002, f"no session {session_id} to resume")
-        self._open(session_id, "resume")
+        self._open(session_id, "resume", cwd)
         return schema.ResumeSessionResponse()
 
     async def set_config_option(
@@ -192,6 +192,18 @@ class ScenarioAgent:
         session = self.sessions[sid]
         how, turns, model = session["how"], session["turns"], session["model"]
         await self._say(sid, f"session={sid} how={how} turns={turns} model={model}")
+        return self._stop("end_turn")
+
+    async def do_where(self, sid: str, text: str, rest: str) -> Any:
+        """``where``: the session's ``cwd`` and the agent process's own folder."""
+        await self._say(sid, f"session={self.sessions[sid]['cwd']} process={Path.cwd()}")
+        return self._stop("end_turn")
+
+    async def do_edit(self, sid: str, text: str, rest: str) -> Any:
+        """``edit NAME TEXT``: write NAME in the session's folder itself, as a coding agent does."""
+        name, _, content = rest.partition(" ")
+        (Path(self.sessions[sid]["cwd"]) / name).write_text(content)
+        await self._say(sid, "edited")
         return self._stop("end_turn")
 
     async def do_chunks(self, sid: str, text: str, rest: str) -> Any:

@@ -40,16 +40,18 @@ from oma_bridge.server.acp.attachment import Attachment
 from oma_bridge.server.acp.forking import fork_advertised, fork_session
 from oma_bridge.server.acp.mapping import client_meta, prompt_input, stop_reason
 from oma_bridge.server.acp.mcp_servers import session_servers
-from oma_bridge.server.agents.host import AgentHost
+from oma_bridge.server.agents.host import AgentHost, new_agent_id
 from oma_bridge.server.agents.journal import Journal
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.agents.runs import Runs
 from oma_bridge.server.agents.turns import TurnRunner
+from oma_bridge.server.client_folder import client_folder
 from oma_bridge.server.config import LlmProfile
-from oma_bridge.server.fixes import no_such_profile, outside_the_roots
+from oma_bridge.server.fixes import no_such_profile
 from oma_bridge.server.gateway import Endpoint
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
+from oma_bridge.server.worktrees import WORKTREE, WORKTREE_META, is_worktree_profile
 from oma_bridge.wire.codes import forbidden
 from oma_bridge.wire.params import AgentOverrides, ClientInfo, InitializeParams
 
@@ -228,17 +230,8 @@ class _Connection:
         if profile.kind == "llm":
             return cwd
         fixed = getattr(profile, "cwd", None)
-        if fixed == "client":
-            if not cwd or not Path(cwd).is_absolute():
-                raise _bad(f'profile "{name}" runs in the client\'s folder: cwd must be absolute')
-            real = Path(os.path.realpath(cwd))
-            roots = [Path(os.path.realpath(root)) for root in self.host.settings.workspace_roots]
-            if not any(real == root or root in real.parents for root in roots):
-                source = self.host.config.source
-                raise forbidden(outside_the_roots(cwd, real, roots, source))
-            if not real.is_dir():
-                raise _bad(f"cwd {cwd} is not a folder")
-            return str(real)
+        if fixed in ("client", WORKTREE):  # a worktree of the client's repository: worktrees.py
+            return client_folder(cwd, self.host.config, name)
         if isinstance(fixed, Path) and cwd and os.path.realpath(cwd) != os.path.realpath(fixed):
             raise forbidden(
                 f'profile "{name}" runs in {fixed}, not {cwd}; set cwd = "client" in its '
@@ -255,14 +248,23 @@ class _Connection:
         forwarded, meta = await session_servers(self.host, name, profile, params)
         if forwarded is not None:
             backend_update["mcp_servers"] = forwarded
-        hosted = self.host.open(
-            session,
-            name,
-            AgentOverrides(),
-            backend_update=backend_update,
-            meta={"cwd": folder or ""},
-        )
-        agent_id = hosted.agent_id
+        agent_id, worktrees = new_agent_id(), self.host.worktrees
+        if is_worktree_profile(profile):
+            tree, _ = await worktrees.make(agent_id, name, profile, folder)
+            backend_update.update(worktrees.backend_update(profile, tree))
+            meta[WORKTREE_META] = tree.to_wire()
+        try:
+            hosted = self.host.open(
+                session,
+                name,
+                AgentOverrides(),
+                backend_update=backend_update,
+                meta={"cwd": folder or ""},
+                agent_id=agent_id,
+            )
+        except BaseException:
+            await worktrees.discard(agent_id)
+            raise
         hosted.meta["updatedAt"] = time.time()
         self._attach(session, hosted, hosted.journal.last_seq)
         logger.info("ACP session %s opened (profile %s) by %s", agent_id, name, session.id)
@@ -365,8 +367,8 @@ class _Connection:
             if isinstance(attachment, Attachment):
                 attachment.detach()
         self.attachments.pop(hosted.agent_id, None)
-        await self.host.close(hosted, forget=True)
-        return {}
+        worktree = await self.host.close(hosted, forget=True)
+        return {"_meta": {WORKTREE_META: worktree}} if worktree is not None else {}
 
     # -- turns ---------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from oma_bridge.server.agents.fork import can_fork
 from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.session import Session
+from oma_bridge.server.worktrees import is_worktree_profile
 
 __all__ = ["fork_advertised", "fork_session"]
 
@@ -47,7 +48,10 @@ def fork_advertised(host: AgentHost, profile: str | None) -> bool:
     # Only acp profiles need what their agents said (read from every open agent).
     acp = any(agents[name].kind == "acp" for name in names)
     known = host.profile_capabilities() if acp else {}
-    return all(can_fork(agents[name].kind, known.get(name)) for name in names)
+    return all(
+        can_fork(agents[name].kind, known.get(name)) and not is_worktree_profile(agents[name])
+        for name in names
+    )
 
 
 def _check_folder(parent: HostedAgent, cwd: object) -> None:

@@ -38,10 +38,11 @@ from oma_bridge.server.config import ServerConfig, ServerSection
 from oma_bridge.server.fixes import no_such_profile
 from oma_bridge.server.profiles import Profile
 from oma_bridge.server.session import Session
+from oma_bridge.server.worktrees import AgentWorktrees, is_worktree_profile, unforked_worktree
 from oma_bridge.wire.codes import RUN_IN_PROGRESS, invalid_message, invalid_params, not_found
 from oma_bridge.wire.params import AgentOverrides, HookFlags
 
-__all__ = ["STOPPED_DURING_RUN", "AgentHost", "check_declared_hooks"]
+__all__ = ["STOPPED_DURING_RUN", "AgentHost", "check_declared_hooks", "new_agent_id"]
 
 logger = logging.getLogger("oma_bridge.server")
 
@@ -67,8 +68,11 @@ class AgentHost:
         runs: Runs,
         remote: Remote,
         capabilities: ProfileCapabilities,
+        worktrees: AgentWorktrees,
     ) -> None:
         self.config = config
+        #: The git worktrees of ``cwd = "worktree"`` agents (PROTOCOL §19.2).
+        self.worktrees = worktrees
         self.store = store
         self.runs = runs
         self.remote = remote
@@ -149,9 +153,13 @@ class AgentHost:
         *,
         backend_update: dict[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        agent_id: str | None = None,
     ) -> HostedAgent:
-        """A new agent of ``profile_name`` used by ``session``, persisted with ``meta``."""
-        agent_id = "agt_" + secrets.token_hex(8)
+        """A new agent of ``profile_name`` used by ``session``, persisted with ``meta``.
+
+        ``agent_id``: one made before (:func:`new_agent_id`; its worktree's name).
+        """
+        agent_id = agent_id or new_agent_id()
         hosted = self._host(
             session, agent_id, profile_name, overrides, backend_update=backend_update
         )
@@ -184,6 +192,9 @@ class AgentHost:
         client_cwd = getattr(profile, "cwd", None) == "client"
         if profile.kind != "llm" and client_cwd and "cwd" in persisted.meta:
             backend_update["cwd"] = persisted.meta["cwd"]
+        if is_worktree_profile(profile):  # found again from its record
+            tree = self.worktrees.resumed(agent_id)
+            backend_update.update(self.worktrees.backend_update(profile, tree))
         hosted = self._host(
             session,
             agent_id,
@@ -211,6 +222,8 @@ class AgentHost:
                 backend_update=backend_update,
             )
 
+        if is_worktree_profile(parent.profile):
+            raise unforked_worktree(parent.agent_id, parent.profile_name)
         known = self.profile_capabilities().get(parent.profile_name)
         return await fork_hosted(parent, host, self.store, known)
 
@@ -325,8 +338,12 @@ class AgentHost:
 
     # -- closing -----------------------------------------------------------------
 
-    async def close(self, hosted: HostedAgent, *, forget: bool) -> None:
-        """End the agent (its processes gone); ``forget`` also deletes its session files."""
+    async def close(self, hosted: HostedAgent, *, forget: bool) -> dict[str, Any] | None:
+        """End the agent (its processes gone); ``forget`` also deletes its session files.
+
+        Forgotten, its worktree is ended too (removed unless it changed):
+        what became of it, as ``agent/close`` answers it (``None``: it had none).
+        """
         hosted.closed = True
         self.agents.pop(hosted.agent_id, None)
         self.board.changed()
@@ -340,9 +357,11 @@ class AgentHost:
         with anyio.CancelScope(shield=True):
             # Kept (not forgotten): its downstream session too, to continue after a restart.
             await hosted.agent.close(end_session=forget)
+        worktree = await self.worktrees.close(hosted.agent_id, hosted.journal) if forget else None
         if forget:
             self.store.remove(hosted.agent_id)
         logger.info("agent %s closed", hosted.agent_id)
+        return worktree
 
     async def close_all(self) -> None:
         """Close every agent at once, keeping their sessions (the daemon stops)."""
@@ -369,6 +388,11 @@ class AgentHost:
                         continue
                     logger.info("agent %s idle for %.0fs: closing it", hosted.agent_id, ttl)
                     await self.close(hosted, forget=True)
+
+
+def new_agent_id() -> str:
+    """A fresh agent id (``agt_`` and 16 hex digits)."""
+    return "agt_" + secrets.token_hex(8)
 
 
 def check_declared_hooks(session: Session, flags: HookFlags) -> None:

@@ -16,6 +16,7 @@ from oma_bridge.agent.config import smallest_ceiling
 from oma_bridge.backends import text_only
 from oma_bridge.server.config import ServerSection
 from oma_bridge.server.profiles import Profile, profile_agent_config
+from oma_bridge.server.worktrees import is_worktree_profile, needs_worktree
 from oma_bridge.wire.codes import forbidden
 from oma_bridge.wire.params import AgentOverrides
 
@@ -53,8 +54,12 @@ def agent_config(
     ``history`` (a restored session's) wins over the overrides' own;
     ``backend_update`` sets backend fields the daemon chose (an ACP client's
     folder, its MCP servers, a downstream session to continue).  An
-    invalid history raises :class:`~oma_bridge.errors.InvalidMessageError`.
+    invalid history raises :class:`~oma_bridge.errors.InvalidMessageError`;
+    a ``cwd = "worktree"`` profile without its worktree's ``cwd`` there is
+    refused (-32602), never run in the daemon's own folder.
     """
+    if is_worktree_profile(profile) and "cwd" not in (backend_update or {}):
+        raise needs_worktree(profile_name, "this request")  # never the daemon's own folder
     base = profile_agent_config(profile_name, profile, settings)
     overrides = overrides or AgentOverrides()
     update: dict[str, Any] = {}

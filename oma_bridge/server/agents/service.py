@@ -37,7 +37,7 @@ from oma_bridge.errors import InvalidMessageError
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
-from oma_bridge.server.agents.host import AgentHost
+from oma_bridge.server.agents.host import AgentHost, new_agent_id
 from oma_bridge.server.agents.one_off import OneOffMethods, build_orchestrator
 from oma_bridge.server.agents.overrides import check_forbidden
 from oma_bridge.server.agents.probe import probe_infos
@@ -54,6 +54,7 @@ from oma_bridge.server.config import ServerConfig
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.metrics import Metrics, Recorder
 from oma_bridge.server.session import Session
+from oma_bridge.server.worktrees import AgentWorktrees
 from oma_bridge.wire.codes import invalid_message
 from oma_bridge.wire.params import (
     AgentIdParams,
@@ -104,6 +105,9 @@ class AgentService:
             runs=self.runs,
             remote=self.remote,
             capabilities=ProfileCapabilities(),
+            worktrees=AgentWorktrees(
+                state / "worktrees", lambda: self.host.config, audit=self.audit
+            ),
         )
         self.started = time.time()
         #: How many connections the daemon has (``daemon/status``).
@@ -169,6 +173,8 @@ class AgentService:
         TeamMethods(*orchestrated).register(registry)  # oma/runTasks, oma/runTeam (teams.py)
         registry.add("daemon/audit", self.audit_tail)
         registry.add("agents/probe", self.probe)
+        host = self.host
+        host.worktrees.register(registry, lambda: (host.agents, host.restorable))
         return registry
 
     # -- opening -------------------------------------------------------------------
@@ -176,14 +182,29 @@ class AgentService:
     async def open_agent(self, session: Session, params: Any) -> dict[str, Any]:
         check_forbidden(params, "config")
         request = parse_params(OpenParams, params)
+        worktrees = self.host.worktrees
         if request.resume is not None:
             self.host.resume(session, request.resume, request.profile)
-            return {"agentId": request.resume}
-        hosted = self.host.open(session, request.profile, request.config or AgentOverrides())
+            return {"agentId": request.resume, **worktrees.answer(request.resume)}
+        agent_id, profile = new_agent_id(), self.host.profile(request.profile)
+        # Its folder: the client's, or a git worktree of its repository (worktrees.py).
+        opening = await worktrees.opening(agent_id, request.profile, profile, request.cwd)
+        try:
+            hosted = self.host.open(
+                session,
+                request.profile,
+                request.config or AgentOverrides(),
+                backend_update=opening.backend_update,
+                meta=opening.meta,
+                agent_id=agent_id,
+            )
+        except BaseException:
+            await worktrees.discard(agent_id)
+            raise
         logger.info(
             "agent %s opened (profile %s) by %s", hosted.agent_id, request.profile, session.id
         )
-        return {"agentId": hosted.agent_id}
+        return {"agentId": hosted.agent_id, **opening.answer}
 
     async def fork_agent(self, session: Session, params: Any) -> dict[str, Any]:
         """``agent/fork`` (PROTOCOL §22.4): ``fork.py``."""
@@ -248,8 +269,8 @@ class AgentService:
 
     async def close_agent(self, session: Session, params: Any) -> dict[str, Any]:
         hosted = self.host.get(parse_params(AgentIdParams, params).agentId)
-        await self.host.close(hosted, forget=True)
-        return {}
+        worktree = await self.host.close(hosted, forget=True)
+        return {"worktree": worktree} if worktree is not None else {}
 
     async def attach(self, session: Session, params: Any) -> dict[str, Any]:
         self.host.attach(session, parse_params(AgentIdParams, params).agentId)

@@ -36,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
+import anyio
+
 from oma_bridge.agent import AgentConfig
 from oma_bridge.backends import RUN_ID_LABEL, PermissionHandler
 from oma_bridge.errors import InvalidMessageError, TaskGraphError
@@ -56,6 +58,8 @@ from oma_bridge.server.agents.overrides import agent_config
 from oma_bridge.server.agents.runs import LiveRun
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.session import Session
+from oma_bridge.server.task_worktrees import TaskWorktrees
+from oma_bridge.server.worktrees import is_worktree_profile
 from oma_bridge.wire.codes import invalid_message, invalid_params
 from oma_bridge.wire.params import RunTasksParams, RunTeamParams, parse_params
 
@@ -86,22 +90,46 @@ class TeamMethods(OrchestratedMethods):
             raise invalid_params(
                 [{"loc": ["tasks"], "msg": issue, "type": "task_graph"} for issue in error.issues]
             ) from None
+        host = self.host
+        profiles = host.config.agents
+        TaskWorktrees.check(request.tasks, planned, profiles)  # -32602 before anything is made
         run = self.runs.new(request.runId, None, "oma/runTasks", session)
-        roster = self._roster((task.assignee for task in planned), run.run_id)
+        plain = (t.assignee for t in planned if not is_worktree_profile(profiles[t.assignee]))
+        roster = self._roster(plain, run.run_id)
+        # A task of a cwd = "worktree" profile: a member of its own, in its own worktree.
+        trees = TaskWorktrees(host.worktrees)
+        roster |= await trees.make(
+            request.tasks,
+            planned,
+            profiles,
+            wire_tasks,
+            lambda name, profile, update: agent_config(
+                name, profile, host.settings, None, {RUN_ID_LABEL: run.run_id},
+                backend_update=update,
+            ),
+        )  # fmt: skip
         concurrency = request.maxConcurrency or DEFAULT_MAX_CONCURRENCY
 
         async def start(progress: ProgressCallback, ask: PermissionHandler) -> TeamRunResult:
-            return await self.orchestrator.run_tasks(
-                roster,
-                wire_tasks,
-                max_concurrency=concurrency,
-                run_id=run.run_id,
-                on_progress=progress,
-                permission_handler=ask,
-                meta=request.meta,
-            )
+            try:
+                return await self.orchestrator.run_tasks(
+                    roster,
+                    wire_tasks,
+                    max_concurrency=concurrency,
+                    run_id=run.run_id,
+                    on_progress=progress,
+                    permission_handler=ask,
+                    meta=request.meta,
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await trees.end()
 
-        return await self._serve(session, run, start, planned, request.onDisconnect)
+        answer = await self._serve(
+            session, run, start, planned, request.onDisconnect, event=trees.event
+        )
+        await trees.end()  # a run cancelled while it waited for a slot never started
+        return trees.answer(answer)
 
     async def run_team(self, session: Session, params: Any) -> dict[str, Any]:
         if isinstance(params, Mapping) and "goal" in params:
@@ -162,11 +190,19 @@ class TeamMethods(OrchestratedMethods):
         start: _Start,
         planned: list[PlannedTask],
         on_disconnect: str,
+        *,
+        event: Callable[[dict[str, Any]], dict[str, Any]] = lambda event: event,
     ) -> dict[str, Any]:
-        """Run the team as one run of the daemon; answer its ``TeamRunResult``."""
+        """Run the team as one run of the daemon; answer its ``TeamRunResult``.
+
+        ``event`` rewrites each ``oma/progress`` event (worktree members).
+        """
         run_id = run.run_id
         outcome: list[TeamRunResult] = []
-        progress = progress_sender(session, run_id)
+        send = progress_sender(session, run_id)
+
+        async def progress(raw: dict[str, Any]) -> None:
+            await send(event(raw))
 
         async def execute() -> AgentRunResult:
             # Permission requests of ACP members go to the calling connection.
