@@ -126,10 +126,8 @@ async def main(cycles: int, rounds: int) -> None:
                 ('baseline: agent/open + close, cwd = "client"', cycle(client, "plain", small)),
                 ('cwd = "worktree", 10 files', cycle(client, "tree", small)),
                 ('cwd = "worktree", 2,000 files (4 MB)', cycle(client, "tree", large)),
-                (
-                    "info: git alone (worktree add; remove + branch -D)",
-                    bare_git(small, folder / "bare"),
-                ),
+                ("info: git alone, 10 files", bare_git(small, folder / "bare")),
+                ("info: git alone, 2,000 files", bare_git(large, folder / "bare")),
             ]
             for _, fn in contenders:
                 for _ in range(3):
