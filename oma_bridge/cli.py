@@ -171,6 +171,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     acp.add_argument(
         "--no-autostart", action="store_true", help="do not start a daemon when none is running"
     )
+    acp.add_argument(
+        "--event-loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="the shim's event loop; auto: uvloop when installed (as [server] event_loop)",
+    )
 
     ui = commands.add_parser(
         "ui",
@@ -308,6 +314,7 @@ def _parse_run(
 def _serve(args: argparse.Namespace) -> int:
     import anyio
 
+    from oma_bridge.event_loop import EventLoopError, resolve_event_loop
     from oma_bridge.logs import configure_logging
     from oma_bridge.server.config import ConfigError, TcpEndpoint, load_config
     from oma_bridge.server.daemon import raise_fd_limit, run_daemon, tune_gc
@@ -318,6 +325,10 @@ def _serve(args: argparse.Namespace) -> int:
     raise_fd_limit()
     try:
         config = load_config(args.config)
+        try:
+            loop = resolve_event_loop(config.server.event_loop)
+        except EventLoopError as error:
+            raise config.error("server.event_loop", str(error)) from None
         server: dict[str, Any] = {}
         if args.socket is not None:
             server["socket"] = None if args.socket == "false" else Path(args.socket).absolute()
@@ -342,7 +353,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"oma-bridge: --tcp {args.tcp}: {error}", file=sys.stderr)
         return EXIT_INVALID
     try:
-        anyio.run(_run_daemon_until_stopped, run_daemon, config)
+        options = {"use_uvloop": loop == "uvloop"}
+        anyio.run(_run_daemon_until_stopped, run_daemon, config, backend_options=options)
     except ConfigError as error:
         print(f"oma-bridge: {error}", file=sys.stderr)
         return EXIT_INVALID
@@ -369,7 +381,11 @@ def _wait_for_children_in_the_loop() -> None:
     import os
     import warnings
 
+    from oma_bridge.event_loop import running_loop_name
+
     if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    if running_loop_name() != "asyncio":  # uvloop waits for children in its own loop
         return
     try:
         os.close(os.pidfd_open(os.getpid()))  # the kernel supports pidfds

@@ -49,6 +49,7 @@ from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from oma_bridge.client.discovery import Discovery, find_daemons, url_from_environment
+from oma_bridge.event_loop import EventLoopError, loop_factory, resolve_event_loop
 from oma_bridge.paths import default_config_path, default_state_dir
 from oma_bridge.private_files import make_private_folder, open_private
 from oma_bridge.wire.acp_lines import ACP_LINES_SUBPROTOCOL
@@ -473,6 +474,12 @@ def main(args: Any) -> int:
     if os.environ.get("OMA_BRIDGE_SHIM_DEBUG"):
         _say(f"profile {args.profile}")
     try:
-        return asyncio.run(_main(args))
+        loop = resolve_event_loop(args.event_loop)
+    except EventLoopError as error:
+        _say(f"--event-loop: {error}")
+        return 2
+    try:
+        with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+            return runner.run(_main(args))
     except KeyboardInterrupt:
         return 130

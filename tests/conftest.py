@@ -32,7 +32,11 @@ def pytest_sessionfinish() -> None:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
+def anyio_backend() -> str | tuple[str, dict[str, bool]]:
+    # OMA_BRIDGE_TEST_LOOP=uvloop runs the in-process tests on uvloop, as
+    # `[server] event_loop = "auto"` runs the daemon where it is installed.
+    if os.environ.get("OMA_BRIDGE_TEST_LOOP") == "uvloop":
+        return ("asyncio", {"use_uvloop": True})
     return "asyncio"
 
 

@@ -46,6 +46,7 @@ from oma_bridge.addresses import is_loopback_host
 from oma_bridge.backends.acp.config import AcpSettings
 from oma_bridge.backends.llm.config import LlmSettings
 from oma_bridge.backends.process.config import ProcessSettings
+from oma_bridge.event_loop import EventLoopChoice
 from oma_bridge.paths import default_config_path, default_socket_path
 from oma_bridge.server.config_words import type_problem
 from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
@@ -183,6 +184,10 @@ class ServerSection(_Frozen):
     otel: StrictBool = False
     #: Prompt, output and tool text on the spans (off: names, ids, counts only).
     otel_content: StrictBool = False
+    #: The daemon's event loop (``oma-bridge serve``): ``auto`` is uvloop when it
+    #: is installed (the ``fast`` extra), else asyncio's; ``uvloop`` without it
+    #: refuses to start (docs/benchmarks.md, "Event loop").
+    event_loop: EventLoopChoice = "auto"
     #: Where ``cwd = "client"`` profiles may run: a client's folder must be inside one.
     workspace_roots: tuple[ConfigPath, ...] = Field(default_factory=lambda: (Path.home(),))
     #: The profile of ``GET /acp`` sessions that name none in ``session/new``.

@@ -34,6 +34,7 @@ import anyio.abc
 import anyio.to_thread
 
 from oma_bridge import telemetry
+from oma_bridge.event_loop import running_loop_name
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.private_files import NotPrivateError, make_private_folder, open_private
@@ -372,6 +373,7 @@ async def run_daemon(
     if reaped:
         logger.warning("reaped the processes of %d earlier daemon(s) that died", reaped)
     _configure_tracing(config)
+    logger.info("event loop: %s", running_loop_name())
     supervisor = configure_supervisor(
         state_dir=state_dir,
         hidden_variables=config.secret_variables(),

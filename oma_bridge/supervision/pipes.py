@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -188,8 +189,9 @@ class ChildProtocol(asyncio.SubprocessProtocol):
             getattr(pipe, method)(*args)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self.transport = transport
+        # A subprocess transport by duck type: uvloop's has the same methods
+        # without subclassing asyncio's (``[server] event_loop``, issue 30).
+        self.transport = cast("asyncio.SubprocessTransport", transport)
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
         assert isinstance(data, bytes)

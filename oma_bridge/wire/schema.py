@@ -752,6 +752,8 @@ class RunStats(TypedDict):
 class DaemonStatus(TypedDict):
     version: str
     uptimeS: float
+    #: Extension: the daemon's event loop, ``uvloop`` or ``asyncio`` (``[server] event_loop``).
+    eventLoop: Literal["asyncio", "uvloop"]
     connections: int
     agents: list[StatusAgent]
     runs: list[StatusRun]

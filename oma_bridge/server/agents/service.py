@@ -34,6 +34,7 @@ from oma_bridge import observe
 from oma_bridge._version import __version__
 from oma_bridge.agent import PreparedInput, PreparedPrompt
 from oma_bridge.errors import InvalidMessageError
+from oma_bridge.event_loop import running_loop_name
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
@@ -285,6 +286,7 @@ class AgentService:
         status = {
             "version": __version__,
             "uptimeS": uptime(self.started),
+            "eventLoop": running_loop_name(),
             "connections": self.connections(),
             "agents": self.host.board.rows(),
             "runs": run_rows(self.runs.live),
