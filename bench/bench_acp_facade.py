@@ -92,8 +92,13 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def daemon(sdk: Path, *, persist: bool, code: Path | None = None) -> Iterator[Daemon]:
-    """A daemon of this checkout, or of ``code`` (another checkout's root, by ``PYTHONPATH``)."""
+def daemon(
+    sdk: Path, *, persist: bool, code: Path | None = None, server: str = ""
+) -> Iterator[Daemon]:
+    """A daemon of this checkout, or of ``code`` (another checkout's root, by ``PYTHONPATH``).
+
+    ``server``: more ``[server]`` keys (``bench_loop.py``'s ``event_loop``).
+    """
     folder = Path(tempfile.mkdtemp(prefix="omabf-", dir="/tmp"))
     runtime = folder / "run"
     runtime.mkdir(mode=0o700)
@@ -111,7 +116,7 @@ def daemon(sdk: Path, *, persist: bool, code: Path | None = None) -> Iterator[Da
     config = folder / "bridge.toml"
     config.write_text(
         f'[server]\nsocket = "auto"\nworkspace_roots = ["{work}"]\n'
-        f"persist_sessions = {str(persist).lower()}\n"
+        f"persist_sessions = {str(persist).lower()}\n{server}\n"
         '[agents.echo]\nkind = "llm"\nprovider = "echo"\nmodel = "echo-1"\n'
         f'[agents.chunks]\nkind = "acp"\ncommand = "node"\nargs = ["{TS_AGENT}"]\n'
         f'cwd = "client"\nenv = {{ OMA_ACP_TS_SDK_DIR = "{sdk}" }}\n'
