@@ -3,8 +3,8 @@
 Two daemons side by side, ``[server] event_loop = "uvloop"`` and ``"asyncio"``,
 measured by ``bench_daemon.py``'s own (a) ``daemon/status`` round trip (unix
 socket and TCP), (b) ``cat`` run and (c) ACP relay, and with ``--facade`` by
-``bench_acp_facade.py``'s (a) relay through ``oma-bridge acp`` (its shim on
-``--event-loop auto`` for both daemons).  The two daemons take turns, the
+``bench_acp_facade.py``'s (a) relay through ``oma-bridge acp`` (the same shim,
+on its default loop, for both daemons).  The two daemons take turns, the
 first of a turn swapped each repetition, so a noisy neighbour hits both
 alike.  Two ratios per figure, uvloop over asyncio:
 

@@ -174,8 +174,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     acp.add_argument(
         "--event-loop",
         choices=("auto", "asyncio", "uvloop"),
-        default="auto",
-        help="the shim's event loop; auto: uvloop when installed (as [server] event_loop)",
+        default="asyncio",
+        help="the shim's event loop (as [server] event_loop); auto: uvloop when installed",
     )
 
     ui = commands.add_parser(

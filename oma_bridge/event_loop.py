@@ -1,9 +1,10 @@
-"""Which event loop a process runs: uvloop where it is installed, else asyncio's (issue 30).
+"""Which event loop a process runs: asyncio's, or uvloop where it is installed (issue 30).
 
 ``[server] event_loop`` for ``oma-bridge serve`` and ``--event-loop`` for
-``oma-bridge acp`` take the same three values.  A leaf: the ACP shim imports it
-at start, so it imports nothing beyond the standard library until uvloop is
-asked for.  The figures behind the default: docs/benchmarks.md, "Event loop:
+``oma-bridge acp`` take the same three values; both default to ``asyncio``.
+A leaf: the ACP shim imports it at start, so it imports nothing beyond the
+standard library until uvloop is asked for.  Why asyncio by default (uvloop
+made process runs slower): the figures in docs/benchmarks.md, "Event loop:
 uvloop against asyncio".
 """
 

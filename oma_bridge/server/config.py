@@ -184,10 +184,11 @@ class ServerSection(_Frozen):
     otel: StrictBool = False
     #: Prompt, output and tool text on the spans (off: names, ids, counts only).
     otel_content: StrictBool = False
-    #: The daemon's event loop (``oma-bridge serve``): ``auto`` is uvloop when it
-    #: is installed (the ``fast`` extra), else asyncio's; ``uvloop`` without it
-    #: refuses to start (docs/benchmarks.md, "Event loop").
-    event_loop: EventLoopChoice = "auto"
+    #: The daemon's event loop (``oma-bridge serve``): asyncio's by default (uvloop
+    #: measured slower on process runs and the ACP relay: docs/benchmarks.md,
+    #: "Event loop"); ``auto`` is uvloop when it is installed (the ``fast``
+    #: extra), else asyncio's; ``uvloop`` without it refuses to start.
+    event_loop: EventLoopChoice = "asyncio"
     #: Where ``cwd = "client"`` profiles may run: a client's folder must be inside one.
     workspace_roots: tuple[ConfigPath, ...] = Field(default_factory=lambda: (Path.home(),))
     #: The profile of ``GET /acp`` sessions that name none in ``session/new``.

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from oma_bridge.event_loop import resolve_event_loop
+from oma_bridge.server.config import parse_config
 from tests.cli.test_cli import cli, env
 
 __all__ = ["env"]  # the fixture, shared with test_cli
@@ -140,6 +141,11 @@ def test_serve_auto_without_uvloop_runs_asyncio(env: dict[str, str], tmp_path: P
     assert done.stdout.strip() == "asyncio", done.stderr
     assert resolve_event_loop("auto") == ("uvloop" if HAVE_UVLOOP else "asyncio")
     assert resolve_event_loop("asyncio") == "asyncio"
+
+
+def test_the_default_is_asyncio() -> None:
+    # Where uvloop is installed too: the default is a choice, not a detection.
+    assert parse_config("", source="t.toml", base_dir=Path.cwd()).server.event_loop == "asyncio"
 
 
 def test_a_bad_event_loop_value_names_the_key(env: dict[str, str], tmp_path: Path) -> None:
