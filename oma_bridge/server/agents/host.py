@@ -145,6 +145,27 @@ class AgentHost:
 
     # -- opening -----------------------------------------------------------------
 
+    async def open_in(
+        self, session: Session, profile_name: str, overrides: AgentOverrides, cwd: str | None
+    ) -> tuple[HostedAgent, dict[str, Any]]:
+        """``agent/open``: :meth:`open` in its folder, the client's ``cwd`` or a git worktree
+        of its repository (``worktrees.py``); the agent and what the answer adds."""
+        agent_id, profile = new_agent_id(), self.profile(profile_name)
+        opening = await self.worktrees.opening(agent_id, profile_name, profile, cwd)
+        try:
+            hosted = self.open(
+                session,
+                profile_name,
+                overrides,
+                backend_update=opening.backend_update,
+                meta=opening.meta,
+                agent_id=agent_id,
+            )
+        except BaseException:
+            await self.worktrees.discard(agent_id)
+            raise
+        return hosted, dict(opening.answer)
+
     def open(
         self,
         session: Session,

@@ -38,7 +38,7 @@ from oma_bridge.event_loop import running_loop_name
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
-from oma_bridge.server.agents.host import AgentHost, new_agent_id
+from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.one_off import OneOffMethods, build_orchestrator
 from oma_bridge.server.agents.overrides import check_forbidden
 from oma_bridge.server.agents.probe import probe_infos
@@ -187,25 +187,12 @@ class AgentService:
         if request.resume is not None:
             self.host.resume(session, request.resume, request.profile)
             return {"agentId": request.resume, **worktrees.answer(request.resume)}
-        agent_id, profile = new_agent_id(), self.host.profile(request.profile)
-        # Its folder: the client's, or a git worktree of its repository (worktrees.py).
-        opening = await worktrees.opening(agent_id, request.profile, profile, request.cwd)
-        try:
-            hosted = self.host.open(
-                session,
-                request.profile,
-                request.config or AgentOverrides(),
-                backend_update=opening.backend_update,
-                meta=opening.meta,
-                agent_id=agent_id,
-            )
-        except BaseException:
-            await worktrees.discard(agent_id)
-            raise
+        overrides = request.config or AgentOverrides()
+        hosted, answer = await self.host.open_in(session, request.profile, overrides, request.cwd)
         logger.info(
             "agent %s opened (profile %s) by %s", hosted.agent_id, request.profile, session.id
         )
-        return {"agentId": hosted.agent_id, **opening.answer}
+        return {"agentId": hosted.agent_id, **answer}
 
     async def fork_agent(self, session: Session, params: Any) -> dict[str, Any]:
         """``agent/fork`` (PROTOCOL §22.4): ``fork.py``."""
