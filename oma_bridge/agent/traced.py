@@ -13,7 +13,7 @@ from the run's stream events.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from oma_bridge import telemetry
 from oma_bridge.backends import Emit
@@ -60,20 +60,8 @@ class TracedRun:
         self.trace.end()
 
 
-class _Traced(Protocol):
-    """What a run's span needs of its agent (``Agent`` itself: no import cycle)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    trace_attributes: dict[str, Any]
-
-
 def start(
-    agent: _Traced,
+    agent: telemetry.Traceable,
     run_id: str,
     meta: Mapping[str, Any] | None,
     messages: list[LLMMessage],
@@ -82,13 +70,7 @@ def start(
     trace = telemetry.adoption(run_id)
     owned = trace is None
     if trace is None:
-        trace = telemetry.open_run(
-            agent.name,
-            run_id=run_id,
-            kind=agent.kind,
-            attributes=agent.trace_attributes,
-            meta=meta,
-        )
+        trace = telemetry.open_run(agent, run_id=run_id, meta=meta)
         if trace is None:
             return None, meta
     trace.record_input(messages)

@@ -157,13 +157,7 @@ def open_run_trace(
     agent: Agent, identity: RunIdentity, run_id: str, meta: Mapping[str, Any] | None
 ) -> tuple[RunTrace | None, RunIdentity]:
     """The run's ``invoke_agent`` span (``None``: tracing off) and the identity that names it."""
-    trace = telemetry.open_run(
-        agent.name,
-        run_id=run_id,
-        kind=agent.kind,
-        attributes=agent.trace_attributes,
-        meta=meta,
-    )
+    trace = telemetry.open_run(agent, run_id=run_id, meta=meta)
     if trace is None:
         return None, identity
     return trace, RunIdentity(identity.run_id, identity.attempt, trace.trace_id, trace.span_id)

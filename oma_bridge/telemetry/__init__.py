@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oma_bridge.telemetry.keys import CONTENT, ENDPOINT_VARIABLES, content_recorded
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXTRA_MISSING",
+    "Traceable",
     "adopted",
     "adoption",
     "chat",
@@ -126,20 +127,29 @@ def tracing() -> Tracing | None:
     return _state.live
 
 
+class Traceable(Protocol):
+    """What a run's span needs of its agent (``Agent`` itself: no import of it here)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    trace_attributes: dict[str, Any]
+
+
 def open_run(
-    name: str,
-    *,
-    run_id: str,
-    kind: str,
-    attributes: Mapping[str, Any] | None = None,
-    meta: Mapping[str, Any] | None = None,
+    agent: Traceable, *, run_id: str, meta: Mapping[str, Any] | None = None
 ) -> RunTrace | None:
-    """Start an ``invoke_agent {name}`` span, child of ``meta``'s trace context if any,
-    else of the current one; ``None`` when tracing is off."""
+    """Start an ``invoke_agent {agent.name}`` span, child of ``meta``'s trace context if
+    any, else of the current one; ``None`` when tracing is off."""
     live = tracing()
     if live is None:
         return None
-    return live.open_run(name, run_id=run_id, kind=kind, attributes=attributes, meta=meta)
+    return live.open_run(
+        agent.name, run_id=run_id, kind=agent.kind, attributes=agent.trace_attributes, meta=meta
+    )
 
 
 @contextlib.contextmanager
