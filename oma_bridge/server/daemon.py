@@ -239,7 +239,7 @@ class _Lifecycle:
 
     def started(self, value: RunningServer | None = None) -> None:
         assert value is not None
-        value.gateway.capabilities = self.live.service.profile_capabilities
+        value.gateway.capabilities = self.live.service.host.profile_capabilities
         self.live.attach(value.gateway)
         notifier = self.live.notifier
         notifier.ready(_status(self.live.current))

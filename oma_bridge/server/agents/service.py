@@ -9,10 +9,8 @@ owners are built here, once, and take only what they use:
 * :class:`~.runs.Runs`: every run queued and counted, served in the request
   or, with ``onDisconnect: "continue"``, beyond it;
 * :class:`~.turns.TurnRunner`: a turn of an open agent, journaled
-  (:mod:`.journal`) for ``agent/watch`` (:mod:`.watchers`), ``run/result``
-  and the ACP facade; input is prepared (guarded, boundary-checked, copied)
-  when the request arrives, so bad input is answered -32010 before anything
-  is queued;
+  (:mod:`.journal`) for ``agent/watch``, ``run/result`` and the ACP facade;
+  input is prepared when the request arrives (-32010 before it is queued);
 * :class:`~.remote.Remote`: hooks and permission prompts as requests to clients;
 * :mod:`.one_off` and :mod:`.teams`: the orchestrator's runs (``oma/*``).
 """
@@ -144,10 +142,6 @@ class AgentService:
         self.host.reload(config)
         self.config = config
 
-    def profile_capabilities(self) -> dict[str, dict[str, Any]]:
-        """What each acp profile's agents said they can do, the open agents heard now."""
-        return self.host.profile_capabilities()
-
     def methods(self) -> MethodRegistry:
         registry = MethodRegistry()
         # Quick handlers that never wait on a client or a process are served
@@ -198,8 +192,6 @@ class AgentService:
         """``agent/fork`` (PROTOCOL §22.4): ``fork.py``."""
         parent = self.host.get(parse_params(AgentIdParams, params).agentId)
         return {"agentId": (await self.host.fork(session, parent)).agent_id}
-
-    # -- runs on an agent ----------------------------------------------------------
 
     async def run_agent_turn(self, session: Session, params: Any) -> dict[str, Any]:
         return await self._run_on_agent(session, params, "agent/run")
@@ -279,7 +271,7 @@ class AgentService:
             "runs": run_rows(self.runs.live),
             "processes": await live_processes(),
             "sessions": self.host.store.count(),
-            "capabilities": self.profile_capabilities(),
+            "capabilities": self.host.profile_capabilities(),
             "runStats": self.metrics.run_stats(),  # the page's charts (§20.3)
         }
         if self.orchestrator.evaluator is not None:
@@ -295,8 +287,6 @@ class AgentService:
         """``daemon/audit`` (extension, for the status page): the newest audit records."""
         limit = min(parse_params(AuditParams, params).limit, MAX_AUDIT_RECORDS)
         return {"records": await anyio.to_thread.run_sync(self.audit.tail, limit)}
-
-    # -- shutdown ------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Cancel every run and close every agent (their processes end); keep their sessions."""
