@@ -92,17 +92,7 @@ def append_agent_profile(
     :class:`~oma_bridge.server.config.ConfigError` (the config with the
     table is one the daemon would refuse); nothing is written then.
     """
-    new = False
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text, new = new_text, True
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigAppendError(f"{path}: cannot read it: {exc}") from None
-    try:
-        before: dict[str, Any] = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigAppendError(f"{path}: not valid TOML: {exc}") from None
+    text, new, before = _read(path, new_text)
     agents = before.get("agents", {})
     if isinstance(agents, dict) and name in agents:
         raise ConfigAppendError(
@@ -123,6 +113,22 @@ def append_agent_profile(
         )
     parse_config(edited, source=str(path), base_dir=path.resolve().parent)
     _append(path, edited if new else addition, new=new)
+
+
+def _read(path: Path, new_text: str) -> tuple[str, bool, dict[str, Any]]:
+    """The config's text, whether it is new (``new_text``: no file yet), and its table."""
+    new = False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text, new = new_text, True
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigAppendError(f"{path}: cannot read it: {exc}") from None
+    try:
+        before: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigAppendError(f"{path}: not valid TOML: {exc}") from None
+    return text, new, before
 
 
 def _append(path: Path, text: str, *, new: bool) -> None:
@@ -149,17 +155,7 @@ def add_server_keys(
     :class:`~oma_bridge.server.config.ConfigError` when the result is a config
     the daemon would refuse; nothing is written then.
     """
-    new = False
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text, new = new_text, True
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigAppendError(f"{path}: cannot read it: {exc}") from None
-    try:
-        before: dict[str, Any] = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigAppendError(f"{path}: not valid TOML: {exc}") from None
+    text, new, before = _read(path, new_text)
     server = before.get("server", {})
     server = server if isinstance(server, dict) else {}
     for key, value in keys.items():
