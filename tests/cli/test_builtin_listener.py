@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +25,8 @@ import pytest
 
 from oma_bridge.server.config import EMBEDDED_SOURCE, ConfigError, parse_config
 from oma_bridge.server.default_config import DEFAULT_CONFIG_TOML
+
+from .user_daemon import serving, user_env
 
 PORT = 47683
 RETRIES = 100
@@ -67,19 +65,9 @@ def root() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _env(root: Path) -> dict[str, str]:
-    hidden = ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER", "OMA_BRIDGE_URL")
-    return {key: value for key, value in os.environ.items() if key not in hidden} | {
-        "XDG_RUNTIME_DIR": str(root / "run"),
-        "XDG_CONFIG_HOME": str(root / "config"),  # no config.toml: the built-in config
-        "XDG_STATE_HOME": str(root / "state"),
-        "OMA_BRIDGE_SYSTEM_ROOT": str(root),
-    }
-
-
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "oma_bridge.cli", *args]
-    return subprocess.run(argv, env=_env(root), capture_output=True, text=True, timeout=30)
+    return subprocess.run(argv, env=user_env(root), capture_output=True, text=True, timeout=30)
 
 
 @contextlib.contextmanager
@@ -100,38 +88,6 @@ def _holding(port: int) -> Iterator[socket.socket | None]:
         held.close()
 
 
-@contextlib.contextmanager
-def _serving(root: Path, *args: str) -> Iterator[dict[str, object]]:
-    """``oma-bridge serve`` as ``make serve`` runs it, until its discovery file is written."""
-    log = (root / "serve.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "oma_bridge.cli", "serve", *args],
-        env=_env(root),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    discovery = root / "run" / "oma-bridge" / "bridge.json"
-    try:
-        deadline = time.monotonic() + 20
-        found: dict[str, object] = {}
-        while not found:
-            assert process.poll() is None, (root / "serve.log").read_text()
-            assert time.monotonic() < deadline, "no discovery file within 20 s"
-            with contextlib.suppress(OSError, ValueError):
-                found = json.loads(discovery.read_text())
-            time.sleep(0.05)
-        yield found
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        log.close()
-
-
 def _status(port: int, head: str) -> int:
     """The status code of one raw HTTP/1.1 request to 127.0.0.1:``port``."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
@@ -143,7 +99,7 @@ def _status(port: int, head: str) -> int:
 def test_oma_bridge_ui_works_under_make_serve_and_the_listener_keeps_its_checks(
     root: Path,
 ) -> None:
-    with _holding(PORT), _serving(root) as discovery:
+    with _holding(PORT), serving(root) as discovery:
         url = str(discovery["url"])
         port = int(url.rsplit(":", 1)[1].rstrip("/"))
         assert url == f"ws://127.0.0.1:{port}/" and PORT < port <= PORT + RETRIES
@@ -172,7 +128,7 @@ def test_two_daemons_on_the_built_in_config_take_two_ports(root: Path) -> None:
     for name in ("run", "config", "state"):
         (other / name).mkdir(mode=0o700)
     try:
-        with _serving(root) as first, _serving(other) as second:
+        with serving(root) as first, serving(other) as second:
             assert first["url"] != second["url"]
             for found in (first, second):
                 port = int(str(found["url"]).rsplit(":", 1)[1].rstrip("/"))

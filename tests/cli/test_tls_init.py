@@ -12,18 +12,14 @@ leaves the machine.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +28,8 @@ import anyio
 import pytest
 
 from oma_bridge.client import connect
+
+from .user_daemon import serving, user_env
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="the openssl command makes the certificates"
@@ -49,19 +47,11 @@ def root() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _env(root: Path, **extra: str) -> dict[str, str]:
-    hidden = ("OMA_BRIDGE_URL", "DISPLAY", "WAYLAND_DISPLAY", "BROWSER")
-    return {key: value for key, value in os.environ.items() if key not in hidden} | {
-        "XDG_RUNTIME_DIR": str(root / "run"),
-        "XDG_CONFIG_HOME": str(root / "config"),
-        "XDG_STATE_HOME": str(root / "state"),
-        **extra,
-    }
-
-
 def _cli(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "oma_bridge.cli", *args]
-    return subprocess.run(argv, env=_env(root, **env), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        argv, env=user_env(root, **env), capture_output=True, text=True, timeout=60
+    )
 
 
 def _tls(root: Path) -> Path:
@@ -70,37 +60,6 @@ def _tls(root: Path) -> Path:
 
 def _config(root: Path) -> Path:
     return root / "config" / "oma-bridge" / "config.toml"
-
-
-@contextlib.contextmanager
-def _serving(root: Path) -> Iterator[dict[str, str]]:
-    log = (root / "serve.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "oma_bridge.cli", "serve"],
-        env=_env(root),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    discovery = root / "run" / "oma-bridge" / "bridge.json"
-    try:
-        deadline = time.monotonic() + 20
-        found: dict[str, str] = {}
-        while not found:
-            assert process.poll() is None, (root / "serve.log").read_text()
-            assert time.monotonic() < deadline, "no discovery file within 20 s"
-            with contextlib.suppress(OSError, ValueError):
-                found = json.loads(discovery.read_text())
-            time.sleep(0.05)
-        yield found
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        log.close()
 
 
 async def _python_client(url: str, token: Path, ca: Path) -> str:
@@ -150,7 +109,7 @@ def test_the_walk_tls_init_serve_and_a_client_with_its_ca_file(root: Path) -> No
     config.write_text(config.read_text().replace("[server]\n", '[server]\ntoken_file = "token"\n'))
 
     # 3. serve: the TCP listener speaks wss://.
-    with _serving(root) as discovery:
+    with serving(root) as discovery:
         url = discovery["url"]
         assert url.startswith("wss://127.0.0.1:")
         port = url.rsplit(":", 1)[1].rstrip("/")
