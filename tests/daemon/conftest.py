@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,15 @@ def small_send_buffer(session: Any) -> None:
 def service_of(running: Any) -> Any:
     """The daemon's :class:`AgentService` (its ``agent/watch`` handler's owner), to peek at."""
     return running.gateway.methods.get("agent/watch").__self__
+
+
+@pytest.fixture
+def no_daemon_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """No test that uses this may leave an error (a traceback) in the daemon's log."""
+    yield
+    errors = [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno >= logging.ERROR and record.name.startswith("oma_bridge")
+    ]
+    assert not errors, errors

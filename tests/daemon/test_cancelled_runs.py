@@ -10,9 +10,7 @@ socket, a real process agent that would otherwise sleep for a minute.
 
 from __future__ import annotations
 
-import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from support.wire import Wire, wire_client
 
 from .conftest import daemon
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_daemon_errors")]
 
 AGENTS = f"""
 [agents.sleeper]
@@ -31,18 +29,6 @@ command = "{sys.executable}"
 args = ["-c", "import time; print('started', flush=True); time.sleep(60)"]
 input = "none"
 """
-
-
-@pytest.fixture(autouse=True)
-def no_daemon_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """No cancel may leave an error (a traceback) in the daemon's log."""
-    yield
-    errors = [
-        record.getMessage()
-        for record in caplog.records
-        if record.levelno >= logging.ERROR and record.name.startswith("oma_bridge")
-    ]
-    assert not errors, errors
 
 
 async def started(wire: Wire, agent_id: str, run_id: str) -> None:

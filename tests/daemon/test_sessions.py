@@ -8,10 +8,8 @@ client is what is under test.
 
 from __future__ import annotations
 
-import logging
 import random
 import sys
-from collections.abc import Iterator
 from contextlib import aclosing
 from functools import partial
 from pathlib import Path
@@ -27,7 +25,7 @@ from oma_bridge.client import JournalEntry, RemoteAgent, connect
 
 from .conftest import daemon, service_of, small_send_buffer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_daemon_errors")]
 
 AGENTS_DIR = Path(__file__).resolve().parent.parent / "agents"
 SESSION_AGENTS = f"""
@@ -49,18 +47,6 @@ command = "{sys.executable}"
 args = ["-c", "import time; print('started', flush=True); time.sleep(1.0); print('done')"]
 input = "none"
 """
-
-
-@pytest.fixture(autouse=True)
-def no_daemon_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """No test here may leave an error (a traceback) in the daemon's log."""
-    yield
-    errors = [
-        record.getMessage()
-        for record in caplog.records
-        if record.levelno >= logging.ERROR and record.name.startswith("oma_bridge")
-    ]
-    assert not errors, errors
 
 
 WORDS = 20_000
