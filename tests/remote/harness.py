@@ -120,6 +120,9 @@ class TcpProxy:
                 data = source.recv(65536)
                 if not data:
                     break
+                # Read while a freeze began (the select above raced it): held, not sent.
+                while self._frozen.is_set() and not self._stopped.is_set():
+                    time.sleep(0.02)
                 sink.sendall(data)
         except OSError:
             pass
