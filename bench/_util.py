@@ -122,6 +122,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def installed_environment() -> dict[str, str]:
+    """This process's environment for the processes a bench times whole, bytecode cached.
+
+    An install has its bytecode (an editable one writes it at the first
+    import); a shell with ``PYTHONDONTWRITEBYTECODE`` set would have every
+    timed process compile oma_bridge anew (docs/benchmarks.md, "The machine").
+    """
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def machine() -> str:
     """One line: core count, CPU model and Python version."""
     model = "unknown CPU"

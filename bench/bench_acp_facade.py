@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from _util import machine, print_table
+from _util import installed_environment, machine, print_table
 from websockets.asyncio.client import ClientConnection, unix_connect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def daemon(
     work = folder / "work"
     work.mkdir()
     env = {
-        **os.environ,
+        **installed_environment(),
         "XDG_RUNTIME_DIR": str(runtime),
         "XDG_STATE_HOME": str(folder / "state"),
         "XDG_CONFIG_HOME": str(folder / "config"),

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from _util import machine, print_table
+from _util import installed_environment, machine, print_table
 
 PY = sys.executable
 CLI = str(Path(PY).with_name("oma-bridge"))
@@ -267,11 +267,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="omab-bench-cli-", dir="/tmp") as name:
         folder = Path(name)
-        # Bytecode is cached as in any install (an editable one writes it at
-        # the first import): without it every process compiles oma_bridge anew.
-        inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env = {
-            **inherited,
+            **installed_environment(),
             "XDG_RUNTIME_DIR": str(folder / "run"),
             "XDG_STATE_HOME": str(folder / "state"),
             "XDG_CONFIG_HOME": str(folder / "config"),
