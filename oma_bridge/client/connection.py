@@ -27,22 +27,16 @@ from oma_bridge.client.errors import (
 )
 from oma_bridge.client.handles import JournalEntry, RemoteAgent, Watch, new_run_id
 from oma_bridge.client.routes import Routes
-from oma_bridge.client.teams import (
-    OnDisconnect,
-    RemoteTeamRun,
-    TaskLike,
-    TeamResult,
-    tasks_params,
-    team_params,
-    team_request,
-)
 from oma_bridge.errors import WireError
 from oma_bridge.results import AgentRunResult
 from oma_bridge.rpc import ConnectionClosedError, Peer, PendingCall, unwrap_single_error
 from oma_bridge.wire.codes import PROTOCOL_VERSION
 
-if TYPE_CHECKING:  # the backends package (and the messages it brings) is not for clients
+# The backends package (and the messages it brings) is not for clients; team runs import
+# their module when one starts (`oma-bridge run` and the rest have no use for it).
+if TYPE_CHECKING:
     from oma_bridge.backends import ElicitationHandler, PermissionHandler
+    from oma_bridge.client.teams import OnDisconnect, RemoteTeamRun, TaskLike, TeamResult
 
 __all__ = ["Client", "client_ssl_context", "connect", "read_token_file"]
 
@@ -254,6 +248,8 @@ class Client:
         titles, unknown ``dependsOn`` or assignee, cycles), before anything
         runs.  Failed runs come back in the result (``success`` false).
         """
+        from oma_bridge.client.teams import tasks_params, team_request
+
         params = tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
         return await team_request(self, "oma/runTasks", params, on_progress)
 
@@ -274,6 +270,8 @@ class Client:
         :class:`DaemonError` (-32011, -32602).  A plan the coordinator cannot
         make comes back as a failed result whose ``output`` says why.
         """
+        from oma_bridge.client.teams import team_params, team_request
+
         params = team_params(agents, coordinator, goal, run_id, on_disconnect)
         return await team_request(self, "oma/runTeam", params, on_progress)
 
@@ -287,6 +285,8 @@ class Client:
         on_disconnect: OnDisconnect = "cancel",
     ) -> contextlib.AbstractAsyncContextManager[RemoteTeamRun]:
         """:meth:`run_tasks` as a :class:`RemoteTeamRun` whose progress you iterate."""
+        from oma_bridge.client.teams import RemoteTeamRun, tasks_params
+
         params = tasks_params(tasks, max_concurrency, run_id, metadata, on_disconnect)
         return RemoteTeamRun(self, "oma/runTasks", params)
 
@@ -300,6 +300,8 @@ class Client:
         on_disconnect: OnDisconnect = "cancel",
     ) -> contextlib.AbstractAsyncContextManager[RemoteTeamRun]:
         """:meth:`run_team` as a :class:`RemoteTeamRun` whose progress you iterate."""
+        from oma_bridge.client.teams import RemoteTeamRun, team_params
+
         params = team_params(agents, coordinator, goal, run_id, on_disconnect)
         return RemoteTeamRun(self, "oma/runTeam", params)
 
