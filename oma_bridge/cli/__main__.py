@@ -1,5 +1,5 @@
 """``python -m oma_bridge.cli``: the ``oma-bridge`` command."""
 
-from oma_bridge.cli import main
+from oma_bridge.cli import console_main
 
-raise SystemExit(main())
+raise SystemExit(console_main())
