@@ -14,13 +14,14 @@ prints on stdout, which is what it is for.
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from collections.abc import Callable, Sequence
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from oma_bridge._version import __version__
+from oma_bridge.cli import collector
 
 # One module per command group; each command imports what it uses, in its own
 # function: `oma-bridge acp` (stdlib and websockets only) and the client
@@ -338,16 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console_main() -> int:
     """The ``oma-bridge`` process (the console script, ``python -m oma_bridge.cli``): :func:`main`.
 
-    Then the interpreter ends without its last garbage collections: they
-    walk every object the command imported (~15 ms of a ~120 ms ``run``,
-    bench/bench_cli.py) to free what the process's exit frees anyway.
-    Frozen, those objects are skipped: no finalizer of an object left in a
-    cycle runs (after ``run echo hi``: argument parsers, frames, tracebacks;
-    files are closed by the ``with`` that opened them, logs at exit).
+    With the garbage collector paused while the command starts and frozen
+    at its end (:mod:`oma_bridge.cli.collector`).
     """
-    status = main()
-    gc.freeze()
-    return status
+    collector.pause()
+    try:
+        return main()
+    finally:
+        collector.freeze()
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -355,22 +354,34 @@ def _main(argv: Sequence[str] | None) -> int:
     if parser is None:
         build_parser()[0].print_help()
         return 0
-    if args.command == "serve":
-        return serve_command(args)
     if args.command == "acp":
         from oma_bridge.shim import main as shim
 
+        collector.resume()  # the relay's modules are in
         return shim(args)
+    if args.command in _CLIENT_COMMANDS and not (
+        args.command == "agents" and args.agents_command == "add"
+    ):
+        return _client_command(args)
+    collector.resume()
+    if args.command == "serve":
+        return serve_command(args)
     if args.command == "registry":
         return registry_command(args, parser)
-    if args.command == "agents" and args.agents_command == "add":
-        return agents_add_command(args)
     if args.command == "tls":
         return tls_init_command(args)
+    return agents_add_command(args)
+
+
+def _client_command(args: argparse.Namespace) -> int:
+    """A command on the event loop; all but ``audit`` (a file) talk to a daemon."""
     import anyio
 
     from oma_bridge.client import ClientError
 
+    if args.command != "audit":  # what they run on, in before the collector resumes
+        import_module("oma_bridge.client.connection")
+    collector.resume()
     try:
         return anyio.run(_CLIENT_COMMANDS[args.command], args)
     except ClientError as error:
