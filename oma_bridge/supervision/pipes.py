@@ -13,6 +13,7 @@ anyio byte streams.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import cast
@@ -58,6 +59,13 @@ class StderrTail:
         return redact(data.decode("utf-8", "replace").strip())
 
 
+def _pipe(protocol: weakref.ref[ChildProtocol], fd: int, method: str, *args: bytes) -> None:
+    """``ChildProtocol.pipe`` while the protocol lives (gone: the child's pipes are too)."""
+    alive = protocol()
+    if alive is not None:
+        alive.pipe(fd, method, *args)
+
+
 def _wake(waiter: asyncio.Future[None] | None) -> None:
     if waiter is not None and not waiter.done():
         waiter.set_result(None)
@@ -67,7 +75,9 @@ class ChildStdout(anyio.abc.ByteReceiveStream):
     """The child's stdout as an anyio byte stream (``EndOfStream`` at its end)."""
 
     def __init__(self, protocol: ChildProtocol) -> None:
-        self._protocol = protocol
+        # Weak: the protocol holds this stream, and a run's objects must go
+        # when it ends, not at the next cyclic collection (PROTOCOL §23).
+        self._protocol = weakref.ref(protocol)
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._eof = False
@@ -81,7 +91,7 @@ class ChildStdout(anyio.abc.ByteReceiveStream):
         _wake(self._waiter)
         if self._buffered > _STDOUT_HIGH and not self._paused:
             self._paused = True
-            self._protocol.pipe(1, "pause_reading")
+            _pipe(self._protocol, 1, "pause_reading")
 
     def feed_eof(self) -> None:
         self._eof = True
@@ -105,21 +115,21 @@ class ChildStdout(anyio.abc.ByteReceiveStream):
         self._buffered -= len(chunk)
         if self._paused and self._buffered <= _STDOUT_LOW:
             self._paused = False
-            self._protocol.pipe(1, "resume_reading")
+            _pipe(self._protocol, 1, "resume_reading")
         return chunk
 
     async def aclose(self) -> None:
         self._closed = True
         self._chunks.clear()
         _wake(self._waiter)
-        self._protocol.pipe(1, "close")
+        _pipe(self._protocol, 1, "close")
 
 
 class ChildStdin(anyio.abc.ByteSendStream):
     """The child's stdin as an anyio byte stream; a gone reader is ``BrokenResourceError``."""
 
     def __init__(self, protocol: ChildProtocol) -> None:
-        self._protocol = protocol
+        self._protocol = weakref.ref(protocol)  # weak: as ChildStdout's
         self._closed = False
         self._lost = False
         self._paused = False
@@ -130,7 +140,7 @@ class ChildStdin(anyio.abc.ByteSendStream):
             raise anyio.ClosedResourceError
         if self._lost:
             raise anyio.BrokenResourceError
-        self._protocol.pipe(0, "write", item)
+        _pipe(self._protocol, 0, "write", item)
         while self._paused and not self._lost:
             self._drain = asyncio.get_running_loop().create_future()
             try:
@@ -142,7 +152,7 @@ class ChildStdin(anyio.abc.ByteSendStream):
 
     async def aclose(self) -> None:
         self._closed = True
-        self._protocol.pipe(0, "close")
+        _pipe(self._protocol, 0, "close")
 
     def write_and_close(self, data: bytes) -> None:
         """Queue ``data`` and close stdin once it is flushed; never blocks.
@@ -155,8 +165,8 @@ class ChildStdin(anyio.abc.ByteSendStream):
             return
         self._closed = True
         if data:
-            self._protocol.pipe(0, "write", data)
-        self._protocol.pipe(0, "close")
+            _pipe(self._protocol, 0, "write", data)
+        _pipe(self._protocol, 0, "close")
 
     def set_paused(self, paused: bool) -> None:
         self._paused = paused
@@ -214,8 +224,12 @@ class ChildProtocol(asyncio.SubprocessProtocol):
 
     def process_exited(self) -> None:
         self.exited.set()
-        if self.on_exit is not None:
-            self.on_exit()
+        # Called once, then dropped: the callback is the child's handle, which
+        # holds this protocol (a cycle a finished run must not leave for the
+        # cyclic collector, docs/benchmarks.md "Load").
+        on_exit, self.on_exit = self.on_exit, None
+        if on_exit is not None:
+            on_exit()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed.set()

@@ -56,6 +56,7 @@ import psutil
 
 from oma_bridge.observe import report
 from oma_bridge.supervision import watchdog as _watchdog
+from oma_bridge.supervision.child_transport import start_child
 from oma_bridge.supervision.exits import exit_parts
 from oma_bridge.supervision.leftovers import reap_leftovers
 from oma_bridge.supervision.pipes import (
@@ -280,17 +281,16 @@ class Supervisor:
         tag = f"{self.owner}.{next(self._runs)}"
         child_env = self._spawn_environment(env, tag)
         protocol = ChildProtocol(StderrTail(stderr_tail_bytes))
-        loop = asyncio.get_running_loop()
         with anyio.CancelScope(shield=True):
-            transport, _ = await loop.subprocess_exec(
-                lambda: protocol,
-                *argv,
+            # Forked off the loop's thread where it can be (child_transport.py).
+            transport = await start_child(
+                protocol,
+                argv,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 cwd=cwd,
                 env=child_env,
-                start_new_session=True,
             )
         pid = transport.get_pid()
         self._watchdog.register(pid)
