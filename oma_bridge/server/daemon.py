@@ -55,8 +55,9 @@ from oma_bridge.server.sdnotify import Notifier
 from oma_bridge.supervision.supervisor import Supervisor, configure_supervisor, reap_leftovers
 
 __all__ = [
-    "GC_THRESHOLDS",
+    "GC_INTERVAL_S",
     "LiveConfig",
+    "collect_on_a_clock",
     "default_state_dir",
     "raise_fd_limit",
     "run_daemon",
@@ -65,26 +66,38 @@ __all__ = [
 
 logger = logging.getLogger("oma_bridge.server")
 
-#: The cyclic collector's thresholds for the daemon's process (D23); CPython's
-#: own are (700, 10, 10).
-GC_THRESHOLDS = (10_000, 20, 10)
+#: How often the daemon's process runs the cyclic collector (D23): a full collection.
+GC_INTERVAL_S = 60.0
 
 
 def tune_gc() -> None:
-    """Collect the young generations less often: ``oma-bridge serve`` calls it once, at start.
+    """Collect cycles on a clock, not on allocation counts: ``oma-bridge serve`` calls it once.
 
-    A loaded daemon holds some 200,000 tracked objects (journal entries,
-    tasks, connections) and makes objects that live a few seconds (a
-    stream's entries, its tasks) by the thousand a second.  With CPython's
-    thresholds these reach the oldest generation before they die, so it is
-    collected every few seconds, and each full collection stops the event
-    loop for ~100-250 ms on a loaded 2-core machine (docs/benchmarks.md,
-    "Load").  Collected after 10,000 allocations and 20 young collections,
-    they mostly die young, and a young collection stays under a millisecond
-    at the median.  A process setting, so not :func:`run_daemon`'s: a
-    program that embeds the daemon keeps its own.
+    The automatic collector goes off; :func:`run_daemon` then runs a full
+    collection every :data:`GC_INTERVAL_S` seconds (:func:`collect_on_a_clock`).
+    Why (docs/internals.md D23, docs/benchmarks.md "Load"): a loaded
+    daemon replaces journal entries as fast as it makes them, so the
+    allocation count that triggers a young collection barely moves while
+    the young generation fills with some 30,000 new tracked objects a second;
+    when a collection finally came it walked 100,000-150,000 of them and
+    stopped the loop for 50-130 ms, the worst of a status request's waits
+    under load.  Nothing a closed agent, a departed client or a finished
+    run leaves is in a cycle (tests/daemon/test_released.py,
+    tests/supervision/test_child_transport.py): reference counting frees it
+    at once, and the clock's collections only find what a rare path (a kept
+    traceback) leaves.  A process setting, so not :func:`run_daemon`'s: a
+    program that embeds the daemon keeps its own collector, and the clock
+    runs only where automatic collection is off.
     """
-    gc.set_threshold(*GC_THRESHOLDS)
+    gc.disable()
+
+
+async def collect_on_a_clock(interval_s: float = GC_INTERVAL_S) -> None:
+    """A full collection every ``interval_s`` seconds, while automatic collection is off."""
+    while True:
+        await anyio.sleep(interval_s)
+        if not gc.isenabled():
+            gc.collect()
 
 
 def raise_fd_limit() -> tuple[int, int]:
@@ -403,6 +416,8 @@ async def run_daemon(
                 lifecycle = _Lifecycle(live, tg, task_status)
                 started: Any = lifecycle
                 await tg.start(service.run)
+                if not gc.isenabled():  # tune_gc: the collector runs on a clock
+                    tg.start_soon(collect_on_a_clock)
                 if handle_signals:
                     await tg.start(live.reload_on_sighup, lifecycle.ready)
                 try:

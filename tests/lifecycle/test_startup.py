@@ -45,25 +45,48 @@ async def test_the_cli_exits_1_with_one_line(folder: Path) -> None:
     assert not (folder / "bridge.json").exists()
 
 
-def test_serve_collects_the_young_generations_less_often(
+def test_serve_turns_automatic_collection_off(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # D23: `oma-bridge serve` sets the daemon's thresholds before it loads the
-    # config; run in-process here (a start-up that fails), CPython's put back.
+    # D23: `oma-bridge serve` hands the cyclic collector to a clock before it
+    # loads the config; run in-process here (a start-up that fails), put back.
     import gc
 
     from oma_bridge.cli import main
-    from oma_bridge.server.daemon import GC_THRESHOLDS
 
     (folder / "bridge.sock").write_text("not a socket")
     config = folder / "bridge.toml"
     config.write_text(f'[server]\nsocket = "{folder}/bridge.sock"\n')
     monkeypatch.setenv("XDG_STATE_HOME", str(folder / "state"))
     monkeypatch.setattr("oma_bridge.logs.configure_logging", lambda *_, **__: None)
-    before = gc.get_threshold()
+    assert gc.isenabled()
     try:
         assert main(["serve", "--config", str(config)]) == 1
-        assert gc.get_threshold() == GC_THRESHOLDS
+        assert not gc.isenabled()
     finally:
-        gc.set_threshold(*before)
-    assert GC_THRESHOLDS[0] > before[0]  # fewer young collections than CPython's default
+        gc.enable()
+
+
+@pytest.mark.anyio
+async def test_the_clock_collects_what_a_cycle_left_while_automatic_collection_is_off() -> None:
+    import gc
+    import weakref
+
+    from oma_bridge.server.daemon import collect_on_a_clock
+
+    class Node:
+        other: Node | None = None
+
+    gc.collect()
+    gc.disable()
+    try:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        left = weakref.ref(a)
+        del a, b
+        assert left() is not None  # no automatic collection: the cycle waits
+        with anyio.move_on_after(0.5):  # some ten collections of the clock
+            await collect_on_a_clock(0.05)
+        assert left() is None
+    finally:
+        gc.enable()
