@@ -306,6 +306,8 @@ class StreamEvent:
 
     def to_wire(self) -> dict[str, Any]:
         data = self.data
+        if type(data) is str:  # text and reasoning: a stream's every event
+            return {"type": self.type, "data": data}
         if isinstance(data, AgentRunResult):
             data = data.to_wire()
         elif isinstance(data, OMAError):

@@ -232,6 +232,18 @@ class RpcCore:
 
     def receive(self, message: object) -> Event:
         """Classify one decoded message.  Never raises, whatever it is given."""
+        if type(message) is dict and "id" not in message:
+            # A well-formed notification with object params, in four look-ups:
+            # an ACP agent's every chunk is one.  Anything else, the checks below.
+            method = message.get("method")
+            params = message.get("params")
+            if (
+                type(method) is str
+                and type(params) is dict
+                and message.get("jsonrpc") == "2.0"
+                and method != CANCEL_METHOD
+            ):
+                return Event("notification", None, method, params)
         if isinstance(message, list):
             return _invalid("JSON-RPC batches are not supported")
         if not isinstance(message, dict):

@@ -346,7 +346,7 @@ class Peer:
 
     async def feed(self, item: object) -> None:
         """Process one incoming message (raw or decoded) as the reader would."""
-        if isinstance(item, bytes | str):
+        if isinstance(item, (bytes, str)):  # a tuple: faster than a union
             event = self.core.receive_bytes(item)
         else:
             event = self.core.receive(item)

@@ -88,24 +88,33 @@ class LineReader:
             or (self._eof and bool(self._buffer))
         )
 
+    def ready_line(self) -> bytes | None:
+        """The next line if a read already split it off (``None``: await :meth:`readline`).
+
+        For a caller that takes a read's lines without a coroutine each.
+        """
+        ready = self._ready
+        if not ready:
+            return None
+        line = ready.popleft()
+        if len(line) > self._max:  # its newline came in the read that crossed the ceiling
+            raise self._too_long()
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        return line
+
     async def readline(self) -> bytes | None:
         """The next line without its terminator, or ``None`` at end of input.
 
         A last line without a newline is still returned.
         """
         while True:
-            ready = self._ready
-            if ready:
-                line = ready.popleft()
-                if len(line) > self._max:  # its newline came in the read that crossed the ceiling
-                    raise self._too_long()
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                return line
+            if self._ready:
+                return self.ready_line()
             buffer = self._buffer
             end = buffer.rfind(b"\n", self._scan_from)
             if end >= 0:
-                ready.extend(bytes(buffer[:end]).split(b"\n"))
+                self._ready.extend(bytes(buffer[:end]).split(b"\n"))
                 del buffer[: end + 1]
                 self._scan_from = 0
                 continue
@@ -145,12 +154,15 @@ class MessageReader:
         self.before_wait: BeforeWait | None = None
 
     async def receive(self) -> object | None:
+        lines = self._lines
         while True:
-            if self.before_wait is not None and not self._lines.has_line():
-                await self.before_wait()
-            line = await self._lines.readline()
+            line = lines.ready_line()
             if line is None:
-                return None
+                if self.before_wait is not None and not lines.has_line():
+                    await self.before_wait()
+                line = await lines.readline()
+                if line is None:
+                    return None
             if not line or line.isspace():  # blank (isspace: no stripped copy made)
                 continue
             try:

@@ -170,10 +170,22 @@ class Turn:
 
     async def _on_update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
-        if kind == "agent_message_chunk" and _is_note(update):
-            await self.flush()
-            await self.emit(StreamEvent("update", update))
-            return
+        if kind == "agent_message_chunk":  # first: a stream's every update is one
+            if _is_note(update):
+                await self.flush()
+                await self.emit(StreamEvent("update", update))
+                return
+            text = _content_text(update) if self.prompting else None
+            if text is not None:
+                self.output_parts.append(text)
+                plain = _plain_chunk(update)
+                if self.coalesce and plain:
+                    self._pending.append(text)
+                else:
+                    if self._pending:
+                        await self.flush()
+                    await self.emit(StreamEvent("text", text, None if plain else update))
+                return
         if not self.prompting:
             # Before the prompt is sent, message and tool updates are a
             # session/load replay or late ones of an earlier turn: not this
@@ -181,17 +193,6 @@ class Turn:
             if kind not in _TURN_KINDS:
                 await self.emit(event_of_update(update))
             return
-        if kind == "agent_message_chunk":
-            text = _content_text(update)
-            if text is not None:
-                self.output_parts.append(text)
-                plain = _plain_chunk(update)
-                if self.coalesce and plain:
-                    self._pending.append(text)
-                else:
-                    await self.flush()
-                    await self.emit(StreamEvent("text", text, None if plain else update))
-                return
         await self.flush()  # every other event keeps its place after the text before it
         if kind == "agent_thought_chunk":
             text = _content_text(update)

@@ -14,8 +14,7 @@ from typing import Any
 import anyio
 
 from oma_bridge.backends import ElicitationRequest, PermissionRequest
-from oma_bridge.rpc.core import encode_notification
-from oma_bridge.server.acp.mapping import updates_of
+from oma_bridge.server.acp.mapping import UpdateFrames
 from oma_bridge.server.agents.journal import Entry, Journal
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.session import Session
@@ -49,6 +48,7 @@ class Attachment:
         self.hosted = hosted
         self.journal: Journal = hosted.journal
         self.cursor = cursor
+        self._frames = UpdateFrames(hosted.agent_id)
         #: Set by :meth:`detach`: this connection no longer follows the session.
         self.detached = False
         self._moved = Signal()
@@ -88,19 +88,15 @@ class Attachment:
         wanted = {"fs/read_text_file": "readTextFile", "fs/write_text_file": "writeTextFile"}
         return isinstance(fs, dict) and method in wanted and fs.get(wanted[method]) is True
 
-    def _frame(self, update: dict[str, Any]) -> bytes:
-        return encode_notification(
-            "session/update", {"sessionId": self.hosted.agent_id, "update": update}
-        )
-
     async def send_until_caught_up(self, *, replay: bool) -> None:
         journal = self.journal
         self._sending = True
         try:
             while self.cursor < journal.last_seq:
                 for entry in journal.after(max(self.cursor, journal.oldest_seq - 1)):
-                    for update in updates_of(journal.take(entry)["entry"], replay=replay):
-                        await self.session.notify_encoded(self._frame(update))
+                    journal.take(entry)
+                    for frame in self._frames.of(entry.data, replay=replay):
+                        await self.session.notify_encoded(frame)
                     self.cursor = entry.seq
                     self._moved.notify()
         finally:
@@ -109,8 +105,8 @@ class Attachment:
     def appended(self, entry: Entry) -> None:
         """The journal's hand-over (a journal follower): sent now, or the pump wakes."""
         if not self._sending and not self.detached and entry.seq == self.cursor + 1:
-            updates = updates_of(entry.data, replay=False)
-            if not updates or (len(updates) == 1 and self.session.offer(self._frame(updates[0]))):
+            frames = self._frames.of(entry.data, replay=False)
+            if not frames or (len(frames) == 1 and self.session.offer(frames[0])):
                 self.journal.take(entry)
                 self.cursor = entry.seq
                 self._moved.notify()
@@ -130,6 +126,9 @@ class Attachment:
                         await self.send_until_caught_up(replay=False)
         finally:
             journal.unfollow(self)
+
+    def would_lose(self, size: int) -> bool:
+        return not self.detached and self.journal.would_drop(self.cursor, size)
 
     async def keep_up(self, size: int) -> None:
         journal = self.journal

@@ -15,14 +15,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from oma_bridge.backends import BackendKind, text_only
 from oma_bridge.backends.acp.turn import NOTE_META
 from oma_bridge.errors import RefusedError, WireError
 from oma_bridge.redaction import redact
 from oma_bridge.rpc.codes import INTERNAL_ERROR, INVALID_PARAMS
+from oma_bridge.rpc.core import encode_notification
 from oma_bridge.wire.params import RESERVED_META
 
-__all__ = ["NOTE_META", "RESERVED_META", "client_meta", "prompt_input", "stop_reason", "updates_of"]
+__all__ = [
+    "NOTE_META",
+    "RESERVED_META",
+    "UpdateFrames",
+    "client_meta",
+    "prompt_input",
+    "stop_reason",
+    "updates_of",
+]
 
 _REFUSED = {"name": "InvalidMessageError", "code": "INVALID_MESSAGE"}
 REFUSED_CODE = RefusedError.code
@@ -191,6 +202,41 @@ def updates_of(entry: dict[str, Any], *, replay: bool) -> list[dict[str, Any]]:
                 )
             ]
     return []
+
+
+class UpdateFrames:
+    """The ``session/update`` notifications of journal entries for one session, encoded.
+
+    A plain text event, a stream's every chunk, is its text's JSON spliced
+    between two byte strings made once: the very bytes
+    :func:`~oma_bridge.rpc.core.encode_notification` gives for its update
+    (orjson keeps the keys' order), without the three dicts of the update
+    and its envelope made and encoded per chunk (docs/benchmarks.md, "ACP
+    facade").  Every other entry goes through :func:`updates_of`.
+    """
+
+    __slots__ = ("_text_head", "_text_tail", "session_id")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        empty = self.encode(_update("agent_message_chunk", content={"type": "text", "text": ""}))
+        at = empty.rindex(b'""')  # the text is the last value of the message
+        self._text_head, self._text_tail = empty[:at], empty[at + 2 :]
+
+    def encode(self, update: dict[str, Any]) -> bytes:
+        """One update's notification in this session."""
+        return encode_notification(
+            "session/update", {"sessionId": self.session_id, "update": update}
+        )
+
+    def of(self, entry: dict[str, Any], *, replay: bool) -> list[bytes]:
+        """The notifications of one journal entry (see :func:`updates_of`), in order."""
+        if entry["type"] == "event" and "update" not in entry:
+            event = entry["event"]
+            text = event.get("data")
+            if event.get("type") == "text" and isinstance(text, str):
+                return [self._text_head + orjson.dumps(text) + self._text_tail]
+        return [self.encode(update) for update in updates_of(entry, replay=replay)]
 
 
 def _parts_text(parts: Any) -> str:

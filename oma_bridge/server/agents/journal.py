@@ -129,10 +129,10 @@ class Journal:
     def entries(self) -> list[Entry]:
         return list(self._entries)
 
-    def take(self, entry: Entry) -> dict[str, Any]:
-        """Mark ``entry`` sent (closed to joining) and return its wire form."""
+    @staticmethod
+    def take(entry: Entry) -> None:
+        """Mark ``entry`` sent: closed to joining (its wire form is :meth:`Entry.to_wire`)."""
         entry.sent = True
-        return entry.to_wire()
 
     def would_drop(self, cursor: int, size: int) -> bool:
         """Whether appending an entry of ``size`` bytes would trim one a reader has yet to send.
@@ -194,14 +194,20 @@ class Journal:
 
     def append(self, data: dict[str, Any], size: int | None = None) -> Entry:
         """Add one entry (``size``: its :meth:`size_of`, when known); returns it."""
-        self._drop_frame()  # the entry it was encoded for is the newest no more
-        self.last_seq += 1
-        entry = Entry(self.last_seq, data, _size(data) if size is None else size)
-        self._entries.append(entry)
-        self._bytes += entry.size
-        self._appended += entry.size
-        entry.mark = self._appended
-        self._trim()
+        # Every stream event passes here: the checks are inline, the calls
+        # made only when there is something to do.
+        if self._frame is not None:
+            self._drop_frame()  # the entry it was encoded for is the newest no more
+        if size is None:
+            size = _size(data)
+        seq = self.last_seq = self.last_seq + 1
+        appended = self._appended = self._appended + size
+        entry = Entry(seq, data, size, False, appended)
+        entries = self._entries
+        entries.append(entry)
+        self._bytes += size
+        if len(entries) > self.max_events or self._bytes > self.max_bytes:
+            self._trim()
         if self.on_append is not None:
             self.on_append(entry, None)
         for follower in self._followers:

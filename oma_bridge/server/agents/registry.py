@@ -23,6 +23,9 @@ from oma_bridge.wire.params import AgentOverrides, HookFlags
 class PacedReader(Protocol):
     """A reader of the journal that must miss nothing: the agent's runs wait for it."""
 
+    def would_lose(self, size: int) -> bool:
+        """Whether journaling an entry of ``size`` bytes now would lose one for this reader."""
+
     async def keep_up(self, size: int) -> None:
         """Return once an entry of ``size`` bytes can be journaled without losing one for it."""
 
@@ -204,12 +207,18 @@ class HostedAgent(HookTarget):
         Paced readers are ACP facade clients (``docs/acp.md``): a turn never runs
         further ahead of one that keeps reading than the journal's retention.
         """
-        if not self.paced:
-            return self.journal.append(data)
-        size = self.journal.size_of(data)
-        for reader in list(self.paced):
+        paced, journal = self.paced, self.journal
+        if not paced:
+            return journal.append(data)
+        size = journal.size_of(data)
+        for reader in paced:
+            if reader.would_lose(size):
+                break
+        else:  # the common case, asked without a coroutine per reader
+            return journal.append(data, size)
+        for reader in list(paced):
             await reader.keep_up(size)
-        return self.journal.append(data, size)
+        return journal.append(data, size)
 
 
 class AgentSlot:

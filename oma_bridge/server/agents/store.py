@@ -143,11 +143,14 @@ class SessionStore:
         start or end, an update) comes: a stream of small chunks costs the
         loop an append to a buffer, not a queue hop and a syscall each.
         """
-        if not self.enabled:
+        if self.folder is None or self._failed:  # not enabled (inline: once per stream event)
             return
-        data = orjson.dumps(line) + b"\n"
-        pending = self._pending.setdefault(agent_id, bytearray())
-        pending += data
+        data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+        pending = self._pending.get(agent_id)
+        if pending is None:
+            pending = self._pending[agent_id] = bytearray(data)
+        else:
+            pending += data
         if not batch or len(pending) >= _BATCH_BYTES:
             self._flush(agent_id)
 
@@ -170,7 +173,7 @@ class SessionStore:
     def _put(self, kind: str, agent_id: str, line: dict[str, Any]) -> None:
         if self.enabled:
             self._flush(agent_id)
-            self._enqueue((kind, agent_id, orjson.dumps(line) + b"\n"))
+            self._enqueue((kind, agent_id, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)))
 
     def _enqueue(self, op: _Op) -> None:
         self._queued_bytes += len(op[2])

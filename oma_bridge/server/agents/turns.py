@@ -54,7 +54,7 @@ class TurnJournal:
         self,
         hosted: HostedAgent,
         run_id: str,
-        turn: Callable[[], Awaitable[None]],
+        turnstile: Turnstile,
         relay: CallerRelay | None,
         *,
         mode: TurnMode,
@@ -64,7 +64,7 @@ class TurnJournal:
         self.hosted = hosted
         self.run_id = run_id
         self.relay = relay
-        self._turn = turn
+        self._turnstile = turnstile
         self._start = {
             "type": "run_start",
             "runId": run_id,
@@ -96,7 +96,8 @@ class TurnJournal:
         # Before an entry's work (a join above costs next to nothing): many
         # streams' entries in one loop iteration would hold up every other
         # connection's reads (D23).
-        await self._turn()
+        if not self._turnstile.pass_now():
+            await self._turnstile.turn()
         if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
             entry = await hosted.record({"type": "update", "update": wire["data"]})
         elif raw is None:
@@ -205,7 +206,7 @@ class TurnRunner:
         journal = TurnJournal(
             hosted,
             run.run_id,
-            self.turnstile.turn,
+            self.turnstile,
             relay,
             mode=mode,
             journaled_input=journaled_input,

@@ -53,17 +53,27 @@ class Turnstile:
         """Callers waiting for a later iteration (cancelled ones included until skipped)."""
         return len(self._waiting)
 
-    async def turn(self) -> None:
-        """Return at once if this iteration has room, else once a later one does.
+    def pass_now(self) -> bool:
+        """Let the caller through if this iteration has room (``False``: await :meth:`turn`).
 
-        Cancellable while it waits; a waiter cancelled after it was let
-        through only leaves its place unused.
+        The pass of a caller that must not pay for a coroutine when it need
+        not wait (a stream's every event).
         """
         if not self._ticking:
             self._ticking = True
             asyncio.get_running_loop().call_soon(self._next_tick)
         if self._passed < self._per_tick and not self._waiting:
             self._passed += 1
+            return True
+        return False
+
+    async def turn(self) -> None:
+        """Return at once if this iteration has room, else once a later one does.
+
+        Cancellable while it waits; a waiter cancelled after it was let
+        through only leaves its place unused.
+        """
+        if self.pass_now():
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
