@@ -336,7 +336,11 @@ class Peer:
                 item = await self._receive()
                 if item is None:
                     break
-                await self.feed(item)
+                event = self._classify(item)
+                if event.kind == "notification":  # inline: an ACP agent's every chunk is one
+                    await self._notified(event)
+                else:
+                    await self._dispatch(event)
         except Exception as exc:
             error = exc if isinstance(exc, WireError) else ConnectionClosedError(str(exc))
             logger.debug("reader stopped: %r", exc)
@@ -346,16 +350,23 @@ class Peer:
 
     async def feed(self, item: object) -> None:
         """Process one incoming message (raw or decoded) as the reader would."""
+        await self._dispatch(self._classify(item))
+
+    def _classify(self, item: object) -> Event:
         if isinstance(item, (bytes, str)):  # a tuple: faster than a union
-            event = self.core.receive_bytes(item)
-        else:
-            event = self.core.receive(item)
+            return self.core.receive_bytes(item)
+        return self.core.receive(item)
+
+    async def _notified(self, event: Event) -> None:
+        try:
+            await self._on_notification(event.method or "", event.params)
+        except Exception:  # one bad notification must not end the connection
+            logger.exception("notification handler of %s failed", event.method)
+
+    async def _dispatch(self, event: Event) -> None:
         kind = event.kind
         if kind == "notification":
-            try:
-                await self._on_notification(event.method or "", event.params)
-            except Exception:  # one bad notification must not end the connection
-                logger.exception("notification handler of %s failed", event.method)
+            await self._notified(event)
         elif kind in ("result", "error"):
             waiter = self._waiters.pop(id_key(event.id), None)
             if waiter is not None:

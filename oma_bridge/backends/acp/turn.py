@@ -146,7 +146,25 @@ class Turn:
         if self.emit_error is not None:
             return
         try:
-            await self._on_update(update)
+            # A plain text chunk of the prompt, a stream's every update, here
+            # without a coroutine more; every other update in _on_update.
+            content = update.get("content")
+            if (
+                self.prompting
+                and len(update) == 2
+                and update.get("sessionUpdate") == "agent_message_chunk"
+                and type(content) is dict
+                and len(content) == 2
+                and content.get("type") == "text"
+                and type(text := content.get("text")) is str
+                and not self.coalesce
+            ):
+                self.output_parts.append(text)
+                if self._pending:
+                    await self.flush()
+                await self.emit(StreamEvent("text", text))
+            else:
+                await self._on_update(update)
         except Exception as exc:
             self.emit_error = exc
 

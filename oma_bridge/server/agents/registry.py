@@ -207,17 +207,26 @@ class HostedAgent(HookTarget):
         Paced readers are ACP facade clients (``docs/acp.md``): a turn never runs
         further ahead of one that keeps reading than the journal's retention.
         """
+        entry = self.record_now(data)
+        if entry is not None:
+            return entry
+        size = self.journal.size_of(data)
+        for reader in list(self.paced):
+            await reader.keep_up(size)
+        return self.journal.append(data, size)
+
+    def record_now(self, data: dict[str, Any]) -> Entry | None:
+        """:meth:`record` if no paced reader has to be waited for, else ``None``.
+
+        The common case, without a coroutine (a stream's every event).
+        """
         paced, journal = self.paced, self.journal
         if not paced:
             return journal.append(data)
         size = journal.size_of(data)
         for reader in paced:
             if reader.would_lose(size):
-                break
-        else:  # the common case, asked without a coroutine per reader
-            return journal.append(data, size)
-        for reader in list(paced):
-            await reader.keep_up(size)
+                return None
         return journal.append(data, size)
 
 

@@ -101,7 +101,8 @@ class TurnJournal:
         if wire["type"] == "update":  # a raw ACP update is an entry of its own (§13.3)
             entry = await hosted.record({"type": "update", "update": wire["data"]})
         elif raw is None:
-            entry = await hosted.record({"type": "event", "runId": run_id, "event": wire})
+            data = {"type": "event", "runId": run_id, "event": wire}
+            entry = hosted.record_now(data) or await hosted.record(data)
         elif wire["type"] in ("text", "reasoning"):
             # A chunk with more than its text: the entry keeps the update as
             # sent, for the ACP facade to relay unchanged (docs/acp.md).
