@@ -12,14 +12,12 @@ import sys
 
 import anyio
 
-from oma_bridge.cli import _wait_for_children_in_the_loop
 from oma_bridge.server.config import load_config
 from oma_bridge.server.daemon import run_daemon, tune_gc
 from oma_bridge.server.metrics import NO_METRICS, Metrics
 
 
 async def main(path: str, mode: str) -> None:
-    _wait_for_children_in_the_loop()
     metrics = Metrics() if mode == "on" else NO_METRICS
     await run_daemon(load_config(path), handle_signals=True, metrics=metrics)
 

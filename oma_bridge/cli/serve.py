@@ -11,6 +11,8 @@ from oma_bridge.cli_exits import EXIT_FAILED, EXIT_INVALID
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    import functools
+
     import anyio
 
     from oma_bridge.event_loop import EventLoopError, resolve_event_loop
@@ -52,8 +54,8 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"oma-bridge: --tcp {args.tcp}: {error}", file=sys.stderr)
         return EXIT_INVALID
     try:
-        options = {"use_uvloop": loop == "uvloop"}
-        anyio.run(run_daemon_until_stopped, run_daemon, config, backend_options=options)
+        daemon = functools.partial(run_daemon, config, handle_signals=True)
+        anyio.run(daemon, backend_options={"use_uvloop": loop == "uvloop"})
     except ConfigError as error:
         print(f"oma-bridge: {error}", file=sys.stderr)
         return EXIT_INVALID
@@ -63,35 +65,3 @@ def serve_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
-
-
-async def run_daemon_until_stopped(run_daemon: Any, config: Any) -> None:
-    wait_for_children_in_the_loop()
-    await run_daemon(config, handle_signals=True)
-
-
-def wait_for_children_in_the_loop() -> None:
-    """Python 3.11 waits for each child in a thread of its own; a pidfd watcher
-    waits in the event loop instead (cheaper spawns; 3.12 does it by itself).
-
-    Set here, where one loop serves the whole process, not in the library.
-    """
-    import asyncio
-    import os
-    import warnings
-
-    from oma_bridge.event_loop import running_loop_name
-
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    if running_loop_name() != "asyncio":  # uvloop waits for children in its own loop
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))  # the kernel supports pidfds
-    except OSError:
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        watcher = asyncio.PidfdChildWatcher()
-        watcher.attach_loop(asyncio.get_running_loop())
-        asyncio.set_child_watcher(watcher)
