@@ -90,6 +90,14 @@ def _plain_chunk(update: dict[str, Any]) -> bool:
     return len(update) == 2 and len(content) == 2
 
 
+def _plain_message_text(update: dict[str, Any]) -> str | None:
+    """The text of an ``agent_message_chunk`` that is all its ``text`` event says, else ``None``."""
+    if len(update) != 2 or update.get("sessionUpdate") != "agent_message_chunk":
+        return None
+    text = _content_text(update)
+    return text if text is not None and _plain_chunk(update) else None
+
+
 def _is_note(update: dict[str, Any]) -> bool:
     meta = update.get("_meta")
     return isinstance(meta, dict) and meta.get(NOTE_META) is True
@@ -148,16 +156,10 @@ class Turn:
         try:
             # A plain text chunk of the prompt, a stream's every update, here
             # without a coroutine more; every other update in _on_update.
-            content = update.get("content")
             if (
                 self.prompting
-                and len(update) == 2
-                and update.get("sessionUpdate") == "agent_message_chunk"
-                and type(content) is dict
-                and len(content) == 2
-                and content.get("type") == "text"
-                and type(text := content.get("text")) is str
                 and not self.coalesce
+                and (text := _plain_message_text(update)) is not None
             ):
                 self.output_parts.append(text)
                 if self._pending:

@@ -208,8 +208,10 @@ class HostedAgent(HookTarget):
         further ahead of one that keeps reading than the journal's retention.
         """
         entry = self.record_now(data)
-        if entry is not None:
-            return entry
+        return entry if entry is not None else await self.record_paced(data)
+
+    async def record_paced(self, data: dict[str, Any]) -> Entry:
+        """:meth:`record` when :meth:`record_now` could not: wait for every paced reader."""
         size = self.journal.size_of(data)
         for reader in list(self.paced):
             await reader.keep_up(size)

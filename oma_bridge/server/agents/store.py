@@ -143,7 +143,7 @@ class SessionStore:
         start or end, an update) comes: a stream of small chunks costs the
         loop an append to a buffer, not a queue hop and a syscall each.
         """
-        if self.folder is None or self._failed:  # not enabled (inline: once per stream event)
+        if not self.enabled:
             return
         data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
         pending = self._pending.get(agent_id)

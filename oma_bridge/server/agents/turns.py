@@ -102,7 +102,7 @@ class TurnJournal:
             entry = await hosted.record({"type": "update", "update": wire["data"]})
         elif raw is None:
             data = {"type": "event", "runId": run_id, "event": wire}
-            entry = hosted.record_now(data) or await hosted.record(data)
+            entry = hosted.record_now(data) or await hosted.record_paced(data)
         elif wire["type"] in ("text", "reasoning"):
             # A chunk with more than its text: the entry keeps the update as
             # sent, for the ACP facade to relay unchanged (docs/acp.md).
