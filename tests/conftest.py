@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -29,6 +30,17 @@ else:
 def pytest_sessionfinish() -> None:
     if _SYSTEM_ROOT:
         shutil.rmtree(_SYSTEM_ROOT, ignore_errors=True)
+
+
+@pytest.fixture
+def no_collector() -> Iterator[None]:
+    """The cyclic collector off: what the test leaves must go by reference counting alone."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ would stay alive.
 
 from __future__ import annotations
 
-import gc
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -29,16 +27,6 @@ provider = "echo"
 model = "echo-1"
 """
 WORDS = " ".join(f"w{i}" for i in range(200))
-
-
-@pytest.fixture
-def no_collector() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def until_dead(refs: dict[str, weakref.ref[object]]) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import subprocess
 import sys
 import threading
@@ -27,17 +26,6 @@ def supervisor() -> Iterator[Supervisor]:
         yield made
     finally:
         made.close()
-
-
-@pytest.fixture
-def no_collector() -> Iterator[None]:
-    """The cyclic collector off: what a run leaves must go by reference counting alone."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def test_the_fork_happens_off_the_loops_thread(monkeypatch: pytest.MonkeyPatch) -> None:
