@@ -14,6 +14,7 @@ incoming one cancels the matching handler, which is then answered with -32800.
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from typing import Any, TypeAlias
@@ -21,6 +22,7 @@ from typing import Any, TypeAlias
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import orjson
 
 from oma_bridge.errors import WireError
 from oma_bridge.rpc.codes import INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_CANCELLED
@@ -36,10 +38,14 @@ from oma_bridge.rpc.core import (
 from oma_bridge.waiting import Signal
 
 __all__ = [
+    "NOT_NOW",
+    "QUICK_FRAME_MAX",
     "ConnectionClosedError",
+    "NotNow",
     "NotificationHandler",
     "Peer",
     "PendingCall",
+    "QuickLane",
     "RequestHandler",
     "unwrap_single_error",
 ]
@@ -61,6 +67,43 @@ RequestHandler: TypeAlias = Callable[[str, Any], Awaitable[Any]]
 #: Handles one notification, awaited in wire order by the reader.
 NotificationHandler: TypeAlias = Callable[[str, Any], Awaitable[None]]
 Send: TypeAlias = Callable[[bytes], Awaitable[None]]
+
+
+class NotNow(enum.Enum):
+    """A quick answer's refusal: part of it has to wait, so the request is served the usual way."""
+
+    NOT_NOW = "not now"
+
+
+NOT_NOW = NotNow.NOT_NOW
+
+#: The largest frame :meth:`Peer.serve_now` looks into: a quick request is a
+#: method name and an id, and a larger frame is never parsed twice.
+QUICK_FRAME_MAX = 512
+
+
+class QuickLane:
+    """What :meth:`Peer.serve_now` answers, and how it writes an answer without waiting.
+
+    ``answer(method, params)`` returns the result, or :data:`NOT_NOW`; it
+    must not block.  ``offer(data)`` writes an encoded answer at once if the
+    transport can take it without waiting, and says whether it did.
+    """
+
+    def __init__(
+        self,
+        methods: Collection[str],
+        answer: Callable[[str, Any], Any],
+        offer: Callable[[bytes], bool],
+    ) -> None:
+        self.methods = frozenset(methods)
+        #: The methods' names as they appear in a frame: a frame that holds
+        #: none is not parsed here.
+        self.needles = tuple(orjson.dumps(method) for method in self.methods)
+        self.answer = answer
+        self.offer = offer
+
+
 #: The next message (raw bytes/str, or already decoded), or ``None`` at end of input.
 Receive: TypeAlias = Callable[[], Awaitable[object | None]]
 
@@ -173,8 +216,11 @@ class Peer:
         inline_methods: Collection[str] = (),
         send_notification: Send | None = None,
         offer_notification: Callable[[bytes], bool] | None = None,
+        quick: QuickLane | None = None,
     ) -> None:
         self.core = RpcCore(cancel_param=cancel_param)
+        #: Requests answered from the transport's callback (:meth:`serve_now`).
+        self._quick = quick
         #: Requests for these are served by the reader itself, in wire order,
         #: without a task and a cancel scope each: for quick handlers that never
         #: wait on the other side (the reader reads nothing else meanwhile).
@@ -357,6 +403,57 @@ class Peer:
             return self.core.receive_bytes(item)
         return self.core.receive(item)
 
+    def serve_now(self, data: bytes) -> bool:
+        """Answer a quick request from the callback that received its frame: ``True`` if taken.
+
+        For a transport whose reader wakes an event-loop iteration later: a
+        loaded daemon's status answer then leaves in the iteration its frame
+        arrived in (docs/internals.md D25).  Only a well-formed request for
+        one of :class:`QuickLane`'s methods is taken, and only while the
+        peer is pumping; the caller hands a frame here only when no earlier
+        frame still waits for the reader.  Anything else (another method,
+        malformed JSON, a duplicate id) is left to the reader, which answers
+        it exactly as it would have: nothing of it was recorded.  A taken
+        request whose quick answer is :data:`NOT_NOW` (or raises) is served
+        by its handler in a task, as a request that is not inline is; an
+        answer the transport cannot take at once is sent the usual way.
+        """
+        quick = self._quick
+        if (
+            quick is None
+            or self._task_group is None
+            or len(data) > QUICK_FRAME_MAX
+            or not any(needle in data for needle in quick.needles)
+        ):
+            return False
+        try:
+            message = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return False
+        if type(message) is not dict or message.get("method") not in quick.methods:
+            return False
+        event = self.core.receive(message)
+        if event.kind != "request":
+            return False
+        try:
+            result = quick.answer(event.method or "", event.params)
+        except Exception:  # the handler answers it, and logs what a bug raised
+            result = NOT_NOW
+        if result is NOT_NOW:
+            self._start(event)
+            return True
+        answer = self.core.respond(event.id, result)
+        if answer is not None and (self._sending or not quick.offer(encode(answer))):
+            self._task_group.start_soon(self._send_quietly, answer)
+        return True
+
+    def _start(self, event: Event) -> None:
+        """Serve a request in a task of its own, cancellable by ``$/cancel_request``."""
+        assert self._task_group is not None, "requests are served while pumping()"
+        scope = anyio.CancelScope()
+        self._handlers[id_key(event.id)] = scope
+        self._task_group.start_soon(self._serve, event, scope)
+
     async def _notified(self, event: Event) -> None:
         try:
             await self._on_notification(event.method or "", event.params)
@@ -374,10 +471,7 @@ class Peer:
         elif kind == "request" and event.method in self._inline:
             await self._serve(event, None)
         elif kind == "request":
-            assert self._task_group is not None, "feed() runs inside pumping()"
-            scope = anyio.CancelScope()
-            self._handlers[id_key(event.id)] = scope
-            self._task_group.start_soon(self._serve, event, scope)
+            self._start(event)
         elif kind == "cancel":
             running = self._handlers.get(id_key(event.request_id))
             if running is not None:

@@ -44,9 +44,10 @@ from oma_bridge.rpc import (
     Event,
     Peer,
 )
+from oma_bridge.rpc.peer import NOT_NOW, QuickLane
 from oma_bridge.server.auth import ListenerKind, acp_target
 from oma_bridge.server.config import ServerConfig
-from oma_bridge.server.frames import FrameWriter
+from oma_bridge.server.frames import FrameConnection, FrameWriter
 from oma_bridge.server.methods import MethodRegistry
 from oma_bridge.server.profiles import agent_profile_infos
 from oma_bridge.server.session import Session
@@ -70,6 +71,11 @@ class Endpoint:
     #: The parameter of ``$/cancel_request``: ``id`` here, ``requestId`` in ACP.
     cancel_param: str
     inline: frozenset[str] = frozenset()
+    #: Read-only methods answered from the frame's callback when nothing
+    #: has to wait (D25), and how: ``(session, method, params)`` -> the
+    #: result or ``NOT_NOW``.
+    quick: frozenset[str] = frozenset()
+    answer_now: Callable[[Session, str, Any], Any] | None = None
 
 
 class AcpEndpoints(Protocol):
@@ -196,6 +202,14 @@ class Gateway:
         def on_invalid(event: Event) -> None:
             logger.debug("connection %s: %s message: %s", session_id, event.kind, event.detail)
 
+        quick = None
+        if endpoint.answer_now is not None and endpoint.quick:
+            answer_now = endpoint.answer_now
+
+            def answer(method: str, params: Any) -> Any:
+                return answer_now(session, method, params)
+
+            quick = QuickLane(endpoint.quick, answer, writer.answer_now)
         peer = Peer(
             send,
             receive,
@@ -206,6 +220,7 @@ class Gateway:
             inline_methods=endpoint.inline,
             send_notification=send_notification,
             offer_notification=writer.offer,
+            quick=quick,
         )
         session = Session(session_id, listener, peer, drop=ws.transport.abort)
         self.sessions.add(session)
@@ -214,9 +229,13 @@ class Gateway:
             async with peer, anyio.create_task_group() as tasks:
                 tasks.start_soon(watch)
                 session.task_group = tasks
+                if quick is not None and isinstance(ws, FrameConnection):
+                    ws.quick = peer.serve_now
                 await peer.closed.wait()
                 tasks.cancel_scope.cancel()
         finally:
+            if isinstance(ws, FrameConnection):
+                ws.quick = None  # the connection must not keep its peer (PROTOCOL §23)
             writer.detach()  # the last tick's frames, before websockets closes the socket
             self.sessions.discard(session)
             session.close()
@@ -230,7 +249,20 @@ class Gateway:
             on_notification=_ignore_notification,
             cancel_param="id",
             inline=frozenset({"initialize", *self.methods.inline}),
+            quick=self.methods.quick,
+            answer_now=self._answer_now,
         )
+
+    def _answer_now(self, session: Session, method: str, params: Any) -> Any:
+        """A quick method's answer from the frame's callback (D25), or ``NOT_NOW``.
+
+        Before ``initialize`` it is ``NOT_NOW``: the reader's dispatch gives
+        the -32002 and its logging, as for every method.
+        """
+        handler = self.methods.get_now(method)
+        if handler is None or not session.initialized:
+            return NOT_NOW
+        return handler(session, params)
 
     async def _dispatch(self, session: Session, method: str, params: Any) -> Any:
         if method == "initialize":

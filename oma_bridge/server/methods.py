@@ -19,9 +19,11 @@ from typing import Any, TypeAlias
 
 from oma_bridge.server.session import Session
 
-__all__ = ["MethodHandler", "MethodRegistry"]
+__all__ = ["MethodHandler", "MethodRegistry", "QuickHandler"]
 
 MethodHandler: TypeAlias = Callable[[Session, Any], Awaitable[Any]]
+#: A read-only method's answer without waiting, or ``NOT_NOW`` (see ``MethodRegistry.add``).
+QuickHandler: TypeAlias = Callable[[Session, Any], Any]
 
 
 class MethodRegistry:
@@ -32,13 +34,27 @@ class MethodRegistry:
         #: Methods served by the connection's reader itself, without a task of
         #: their own: quick handlers that never wait on anyone (see ``add``).
         self.inline: set[str] = set()
+        self._now: dict[str, QuickHandler] = {}
 
-    def add(self, name: str, handler: MethodHandler, *, inline: bool = False) -> None:
+    def add(
+        self,
+        name: str,
+        handler: MethodHandler,
+        *,
+        inline: bool = False,
+        now: QuickHandler | None = None,
+    ) -> None:
         """Register ``handler`` for ``name``; a name is registered once.
 
         ``inline`` spares the task (and cancel scope) a request normally gets.
         Only for handlers that return promptly and never wait on the client:
         while one runs, the connection reads nothing else.
+
+        ``now`` (a read-only method): the same answer made without waiting,
+        for the connection to send from the callback that received the frame,
+        one loop iteration before its reader would (D25).  It returns the
+        result, or :data:`~oma_bridge.rpc.peer.NOT_NOW` when part of it has
+        to wait; whatever it raises, ``handler`` serves the request instead.
         """
         if name == "initialize":
             raise ValueError("initialize is the connection's gate, not a method")
@@ -47,14 +63,25 @@ class MethodRegistry:
         self._handlers[name] = handler
         if inline:
             self.inline.add(name)
+        if now is not None:
+            self._now[name] = now
 
     def include(self, other: MethodRegistry) -> None:
         """Register every method of ``other`` here (a name clash is an error)."""
         for name, handler in other._handlers.items():
-            self.add(name, handler, inline=name in other.inline)
+            self.add(name, handler, inline=name in other.inline, now=other._now.get(name))
 
     def get(self, name: str) -> MethodHandler | None:
         return self._handlers.get(name)
+
+    def get_now(self, name: str) -> QuickHandler | None:
+        """``name``'s answer without waiting, if it registered one (see :meth:`add`)."""
+        return self._now.get(name)
+
+    @property
+    def quick(self) -> frozenset[str]:
+        """The methods registered with an answer without waiting."""
+        return frozenset(self._now)
 
     def __contains__(self, name: object) -> bool:
         return name in self._handlers

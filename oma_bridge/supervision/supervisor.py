@@ -184,16 +184,25 @@ class Supervisor:
         A descendant that scrubbed its environment is not listed: nothing
         but a cgroup finds it (``docs/processes.md``).
         """
+        listed = self.processes_now()
+        if listed is not None:
+            return listed
+        return await anyio.to_thread.run_sync(_list_processes, self.owner, self.live())
+
+    def processes_now(self) -> list[LiveProcess] | None:
+        """:meth:`processes` when the scan is small enough for the loop's thread, else ``None``.
+
+        A small scan costs the loop about a millisecond.  In a worker thread
+        the same scan waits for the GIL at each file it reads while the loop
+        is busy (a convoy: ~100 ms for a daemon relaying 200 streams), and a
+        status request would wait with it.
+        """
         children = self.live()
         if not children:
             return []
         if len(os.listdir("/proc")) <= _SCAN_ON_LOOP:  # noqa: PTH208 (names only)
-            # A small scan costs the loop about a millisecond.  In a worker
-            # thread the same scan waits for the GIL at each file it reads
-            # while the loop is busy (a convoy: ~100 ms for a daemon relaying
-            # 200 streams), and a status request would wait with it.
             return _list_processes(self.owner, children)
-        return await anyio.to_thread.run_sync(_list_processes, self.owner, children)
+        return None
 
     def child_environment(self, overlay: Mapping[str, str] | None = None) -> dict[str, str]:
         """Our environment minus :attr:`hidden_variables`, with ``overlay`` on top.

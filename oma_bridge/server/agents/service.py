@@ -35,6 +35,7 @@ from oma_bridge.errors import InvalidMessageError
 from oma_bridge.event_loop import running_loop_name
 from oma_bridge.orchestration.orchestrator import OpenMultiAgent
 from oma_bridge.paths import default_state_dir
+from oma_bridge.rpc.peer import NOT_NOW, NotNow
 from oma_bridge.server.agents.capabilities import ProfileCapabilities
 from oma_bridge.server.agents.host import AgentHost
 from oma_bridge.server.agents.one_off import OneOffMethods, build_orchestrator
@@ -43,7 +44,7 @@ from oma_bridge.server.agents.probe import probe_infos
 from oma_bridge.server.agents.remote import Remote
 from oma_bridge.server.agents.runs import Runs
 from oma_bridge.server.agents.side_effects import audit_observer
-from oma_bridge.server.agents.status import live_processes, run_rows, uptime
+from oma_bridge.server.agents.status import live_processes, live_processes_now, run_rows, uptime
 from oma_bridge.server.agents.store import SessionStore
 from oma_bridge.server.agents.teams import TeamMethods
 from oma_bridge.server.agents.turns import TurnMode, TurnRunner
@@ -153,9 +154,9 @@ class AgentService:
             ("agent/unwatch", self.unwatch),
             ("run/cancel", self.cancel_run),
             ("run/result", self.run_result),
-            ("daemon/status", self.status),
         ):
             registry.add(name, handler, inline=True)
+        registry.add("daemon/status", self.status, inline=True, now=self.status_now)
         registry.add("agent/open", self.open_agent)
         registry.add("agent/fork", self.fork_agent)
         registry.add("agent/run", self.run_agent_turn)
@@ -262,6 +263,15 @@ class AgentService:
 
     async def status(self, session: Session, params: Any) -> dict[str, Any]:
         parse_params(NoParams, params)
+        return self._status(await live_processes())
+
+    def status_now(self, session: Session, params: Any) -> dict[str, Any] | NotNow:
+        """``daemon/status`` from the frame's own callback, when nothing in it has to wait (D25)."""
+        parse_params(NoParams, params)
+        processes = live_processes_now()
+        return NOT_NOW if processes is None else self._status(processes)
+
+    def _status(self, processes: list[dict[str, Any]]) -> dict[str, Any]:
         status = {
             "version": __version__,
             "uptimeS": uptime(self.started),
@@ -269,7 +279,7 @@ class AgentService:
             "connections": self.connections(),
             "agents": self.host.board.rows(),
             "runs": run_rows(self.runs.live),
-            "processes": await live_processes(),
+            "processes": processes,
             "sessions": self.host.store.count(),
             "capabilities": self.host.profile_capabilities(),
             "runStats": self.metrics.run_stats(),  # the page's charts (§20.3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -12,7 +12,18 @@ from oma_bridge.backends import RUN_ID_LABEL
 from oma_bridge.server.agents.registry import HostedAgent
 from oma_bridge.server.agents.runs import LiveRun
 
-__all__ = ["AGENT_ID_LABEL", "RUN_ID_LABEL", "AgentBoard", "live_processes", "run_rows", "uptime"]
+if TYPE_CHECKING:
+    from oma_bridge.supervision.supervisor import LiveProcess
+
+__all__ = [
+    "AGENT_ID_LABEL",
+    "RUN_ID_LABEL",
+    "AgentBoard",
+    "live_processes",
+    "live_processes_now",
+    "run_rows",
+    "uptime",
+]
 
 #: The supervisor label of every process the daemon starts for an agent, so
 #: that ``daemon/status`` can tell whose a child (or grandchild) is.
@@ -66,8 +77,20 @@ async def live_processes() -> list[dict[str, Any]]:
     """
     from oma_bridge.supervision.supervisor import default_supervisor
 
+    return _process_rows(await default_supervisor().processes())
+
+
+def live_processes_now() -> list[dict[str, Any]] | None:
+    """:func:`live_processes` if the loop's thread can list them at once, else ``None``."""
+    from oma_bridge.supervision.supervisor import default_supervisor
+
+    listed = default_supervisor().processes_now()
+    return None if listed is None else _process_rows(listed)
+
+
+def _process_rows(listed: list[LiveProcess]) -> list[dict[str, Any]]:
     processes: list[dict[str, Any]] = []
-    for pid, labels, rss in await default_supervisor().processes():
+    for pid, labels, rss in listed:
         entry: dict[str, Any] = {"pid": pid, "agentId": labels.get(AGENT_ID_LABEL), "rssBytes": rss}
         if (run_id := labels.get(RUN_ID_LABEL)) is not None:
             entry["runId"] = run_id
