@@ -39,7 +39,7 @@ after the warm-up; ``--profile FILE`` runs the daemon under cProfile and
 prints where its time went.
 
 Run: ``.venv/bin/python bench/bench_load.py [--duration 60] [--streamers 200]
-[--catters 20] [--idle 1000] [--profile FILE] [--in-loop-probe]``
+[--catters 20] [--idle 1000] [--profile FILE] [--in-loop-probe] [--ready-file FILE]``
 """
 
 from __future__ import annotations
@@ -331,6 +331,8 @@ async def main(args: argparse.Namespace) -> None:
             my_cpu_before = sum(me.cpu_times()[:2])
             async with probe_process(d) as load_rtt:
                 started = time.monotonic()
+                if args.ready_file is not None:  # for a bench that measures under this load
+                    args.ready_file.write_text(f"{started}\n")
                 until = started + args.duration
                 sampling = asyncio.create_task(sample_daemon(d, stop_sampling, rss, cpu))
                 if args.in_loop_probe:
@@ -445,6 +447,12 @@ if __name__ == "__main__":
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--idle-probe-s", type=float, default=6.0)
     parser.add_argument("--profile", type=Path, metavar="FILE")
+    parser.add_argument(
+        "--ready-file",
+        type=Path,
+        metavar="FILE",
+        help="written when the load begins (bench_process.py --under-load waits for it)",
+    )
     parser.add_argument(
         "--in-loop-probe",
         action="store_true",

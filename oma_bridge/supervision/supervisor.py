@@ -538,12 +538,27 @@ def _list_processes(owner: str, children: list[SupervisedProcess]) -> list[LiveP
         # A child that exited is listed no more; what it left still is, until stopped.
         pids = [child.pid] if child.returncode is None else []
         for pid in pids + sorted(descendants[child.tag]):
-            try:
-                rss = psutil.Process(pid).memory_info().rss
-            except psutil.Error:
-                continue  # gone meanwhile
-            listed.append(LiveProcess(pid, child.labels, rss))
+            rss = _rss_of(pid)
+            if rss is not None:  # else gone meanwhile
+                listed.append(LiveProcess(pid, child.labels, rss))
     return listed
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss_of(pid: int) -> int | None:
+    """A process's resident set in bytes, as psutil's ``memory_info().rss`` reads it on Linux.
+
+    One read of ``/proc/PID/statm``: a ``psutil.Process`` reads the
+    process's start time first, twice the cost for each child a loaded
+    daemon's status lists (docs/benchmarks.md, "Load").
+    """
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _alive(process: psutil.Process) -> bool:

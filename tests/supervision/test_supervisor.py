@@ -348,6 +348,11 @@ async def test_labels_stay_on_the_handle_and_list_the_whole_tree() -> None:
         }
         assert [pid for pid, _, _ in listed][:2] == [plain.pid, plain_pids["grandchild"]]
         assert all(rss > 0 for _, _, rss in listed)
+        # The resident sets are what psutil reads (the children sleep: they hold still).
+        assert {pid: rss for pid, _, rss in listed} == {
+            pid: psutil.Process(pid).memory_info().rss for pid, _, _ in listed
+        }
+        assert supervisor.processes_now() == listed  # a small scan: on the caller's thread
 
         await plain.stop(0.5)
         assert {pid for pid, _, _ in await supervisor.processes()} == {
