@@ -57,6 +57,10 @@ __all__ = [
     "open_unix_listener",
 ]
 
+#: The listen backlog of every listener: a burst of clients connecting at
+#: once (an editor's restart, a load test) waits to be accepted, not refused.
+LISTEN_BACKLOG = 4096
+
 logger = logging.getLogger("oma_bridge.server")
 #: websockets' own logger.  Pinned at INFO: its DEBUG output dumps request
 #: headers, and with them the token.
@@ -273,6 +277,10 @@ def _server_options(
         "ping_timeout": KEEPALIVE_INTERVAL_S,
         "server_header": None,
         "logger": wire_logger,
+        # asyncio's default of 100 lost the 101st of a burst of connects to
+        # the unix socket (its client read an end of file in place of the
+        # handshake's answer); the kernel caps this at net.core.somaxconn.
+        "backlog": LISTEN_BACKLOG,
     }
 
 
