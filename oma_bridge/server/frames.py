@@ -147,10 +147,26 @@ class FrameWriter:
 
     def answer_now(self, data: bytes) -> bool:
         """Write an answer at once, behind what was queued, as :meth:`send` would, if that
-        needs no waiting; ``False`` (nothing written) if it would."""
-        if not self._queued(data, False):
+        needs no waiting; ``False`` (nothing written) if it would.
+
+        An answer larger than a tick may queue (a loaded daemon's status
+        lists every run and agent: ~100 KB) still goes out here, alone,
+        behind the queue: websockets' own send would write it whole too
+        before it waited for the buffer to drain.  Only a socket already
+        backed up (or a connection closing) makes it wait.
+        """
+        if self._queued(data, False):
+            self.flush()
+            return True
+        ws = self._ws
+        if (
+            not self._queues
+            or ws.protocol.state is not State.OPEN
+            or (not self._queue and ws.transport.get_write_buffer_size())
+        ):
             return False
         self.flush()
+        self._write([data])
         return True
 
     def _queued(self, data: bytes, hold: bool) -> bool:
@@ -216,14 +232,17 @@ class FrameWriter:
             return
         self._queue = []
         self._queued_bytes = 0
+        self._write(queue)
+
+    def _write(self, messages: list[bytes]) -> None:
         transport = self._ws.transport
         if transport.is_closing():
             return
         parts: list[bytes] = []
         if self._lines:
-            _join_lines(queue, parts)
+            _join_lines(messages, parts)
         else:
-            for data in queue:
+            for data in messages:
                 parts += (_text_frame_header(len(data)), data)
         transport.write(b"".join(parts))
         self._written_at = self._loop.time()

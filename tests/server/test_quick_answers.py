@@ -22,6 +22,7 @@ from websockets.frames import Frame, Opcode
 from oma_bridge.errors import WireError
 from oma_bridge.rpc.peer import NOT_NOW
 from oma_bridge.server import MethodRegistry, Session
+from oma_bridge.server.frames import FrameWriter
 
 from .helpers import INIT_PARAMS, call, initialize, make_config, running_daemon
 
@@ -49,6 +50,8 @@ class Quick:
             if params and params.get("wait"):
                 return NOT_NOW
             self.served_by.append("now")
+            if params and params.get("big"):
+                return {"by": "now", "pad": "x" * BIG}
             return {"by": "now"}
 
         async def block(session: Session, params: Any) -> dict[str, Any]:
@@ -58,6 +61,10 @@ class Quick:
 
         self.methods.add("test/quick", quick, inline=True, now=quick_now)
         self.methods.add("test/block", block, inline=True)
+
+
+#: Larger than a transport's high-water mark (64 KiB): more than a tick may queue.
+BIG = 200_000
 
 
 def _request(request_id: Any, method: str, params: Any = None) -> bytes:
@@ -88,6 +95,36 @@ async def test_a_quick_request_is_answered_while_the_reader_is_busy(short_dir: P
         registry.release.set()
         assert await _answers(ws, 1) == [{"jsonrpc": "2.0", "id": 1, "result": {"blocked": True}}]
         assert registry.served_by == ["now"]
+
+
+async def test_a_quick_answer_larger_than_a_tick_may_queue_still_leaves_at_once(
+    short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whether the writer took the answer in the frame's callback: refused, it
+    # would still arrive first (sent by a task), only an iteration later.
+    taken: list[bool] = []
+    answer_now = FrameWriter.answer_now
+
+    def spy(self: FrameWriter, data: bytes) -> bool:
+        taken.append(answer_now(self, data))
+        return taken[-1]
+
+    monkeypatch.setattr(FrameWriter, "answer_now", spy)
+    registry = Quick()
+    async with (
+        running_daemon(make_config(short_dir, tcp=False), registry.methods) as running,
+        unix_connect(str(running.socket_path), max_size=None) as ws,
+    ):
+        await initialize(ws)
+        await ws.send(_request(1, "test/block").decode())
+        with anyio.fail_after(5):
+            await registry.blocking.wait()
+        await ws.send(_request(2, "test/quick", {"big": True}).decode())
+        (first,) = await _answers(ws, 1)
+        assert first == {"jsonrpc": "2.0", "id": 2, "result": {"by": "now", "pad": "x" * BIG}}
+        assert taken == [True]
+        registry.release.set()
+        assert await _answers(ws, 1) == [{"jsonrpc": "2.0", "id": 1, "result": {"blocked": True}}]
 
 
 async def test_what_the_lane_cannot_answer_the_handler_does(short_dir: Path) -> None:
