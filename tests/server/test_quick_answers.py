@@ -10,6 +10,8 @@ before, so the lane changes when an answer leaves, never what it says.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,12 @@ class Quick:
         self.methods.add("test/quick", quick, inline=True, now=quick_now)
         self.methods.add("test/block", block, inline=True)
 
+    async def occupy(self, ws: ClientConnection, request_id: Any) -> None:
+        """Send ``test/block`` and return once the connection's reader waits inside it."""
+        await ws.send(_request(request_id, "test/block").decode())
+        with anyio.fail_after(5):
+            await self.blocking.wait()
+
 
 #: Larger than a transport's high-water mark (64 KiB): more than a tick may queue.
 BIG = 200_000
@@ -79,16 +87,24 @@ async def _answers(ws: ClientConnection, count: int) -> list[dict[str, Any]]:
         return [orjson.loads(await ws.recv()) for _ in range(count)]
 
 
-async def test_a_quick_request_is_answered_while_the_reader_is_busy(short_dir: Path) -> None:
+@contextlib.asynccontextmanager
+async def _connected(
+    short_dir: Path, *, initialized: bool = True
+) -> AsyncIterator[tuple[Quick, ClientConnection]]:
+    """A daemon serving :class:`Quick`'s methods and one client on its unix socket."""
     registry = Quick()
     async with (
         running_daemon(make_config(short_dir, tcp=False), registry.methods) as running,
-        unix_connect(str(running.socket_path)) as ws,
+        unix_connect(str(running.socket_path), max_size=None) as ws,
     ):
-        await initialize(ws)
-        await ws.send(_request(1, "test/block").decode())
-        with anyio.fail_after(5):
-            await registry.blocking.wait()  # the reader now waits inside test/block
+        if initialized:
+            await initialize(ws)
+        yield registry, ws
+
+
+async def test_a_quick_request_is_answered_while_the_reader_is_busy(short_dir: Path) -> None:
+    async with _connected(short_dir) as (registry, ws):
+        await registry.occupy(ws, 1)
         await ws.send(_request(2, "test/quick").decode())
         (first,) = await _answers(ws, 1)
         assert first == {"jsonrpc": "2.0", "id": 2, "result": {"by": "now"}}
@@ -110,15 +126,8 @@ async def test_a_quick_answer_larger_than_a_tick_may_queue_still_leaves_at_once(
         return taken[-1]
 
     monkeypatch.setattr(FrameWriter, "answer_now", spy)
-    registry = Quick()
-    async with (
-        running_daemon(make_config(short_dir, tcp=False), registry.methods) as running,
-        unix_connect(str(running.socket_path), max_size=None) as ws,
-    ):
-        await initialize(ws)
-        await ws.send(_request(1, "test/block").decode())
-        with anyio.fail_after(5):
-            await registry.blocking.wait()
+    async with _connected(short_dir) as (registry, ws):
+        await registry.occupy(ws, 1)
         await ws.send(_request(2, "test/quick", {"big": True}).decode())
         (first,) = await _answers(ws, 1)
         assert first == {"jsonrpc": "2.0", "id": 2, "result": {"by": "now", "pad": "x" * BIG}}
@@ -128,11 +137,7 @@ async def test_a_quick_answer_larger_than_a_tick_may_queue_still_leaves_at_once(
 
 
 async def test_what_the_lane_cannot_answer_the_handler_does(short_dir: Path) -> None:
-    registry = Quick()
-    async with (
-        running_daemon(make_config(short_dir, tcp=False), registry.methods) as running,
-        unix_connect(str(running.socket_path)) as ws,
-    ):
+    async with _connected(short_dir, initialized=False) as (registry, ws):
         before = await call(ws, "test/quick", request_id=0)
         assert before["error"]["code"] == -32002  # not initialized: the reader's gate
         await initialize(ws)
@@ -148,15 +153,8 @@ async def test_what_the_lane_cannot_answer_the_handler_does(short_dir: Path) -> 
 
 
 async def test_a_duplicate_id_is_left_to_the_reader(short_dir: Path) -> None:
-    registry = Quick()
-    async with (
-        running_daemon(make_config(short_dir, tcp=False), registry.methods) as running,
-        unix_connect(str(running.socket_path)) as ws,
-    ):
-        await initialize(ws)
-        await ws.send(_request(7, "test/block").decode())
-        with anyio.fail_after(5):
-            await registry.blocking.wait()
+    async with _connected(short_dir) as (registry, ws):
+        await registry.occupy(ws, 7)
         await ws.send(_request(7, "test/quick").decode())  # id 7 is still pending
         with anyio.move_on_after(0.3):
             early = await ws.recv()
@@ -171,11 +169,7 @@ async def test_a_duplicate_id_is_left_to_the_reader(short_dir: Path) -> None:
 async def test_a_quick_request_behind_initialize_in_one_write_waits_for_it(
     short_dir: Path,
 ) -> None:
-    registry = Quick()
-    async with (
-        running_daemon(make_config(short_dir, tcp=False), registry.methods) as running,
-        unix_connect(str(running.socket_path)) as ws,
-    ):
+    async with _connected(short_dir, initialized=False) as (registry, ws):
         frames = [
             orjson.dumps(
                 {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INIT_PARAMS}
@@ -192,3 +186,4 @@ async def test_a_quick_request_behind_initialize_in_one_write_waits_for_it(
         init, quick = await _answers(ws, 2)
         assert init["id"] == "init" and "result" in init
         assert quick == {"jsonrpc": "2.0", "id": 1, "result": {"by": "handler"}}
+        assert registry.served_by == ["handler"]
