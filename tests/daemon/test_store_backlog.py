@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import tracemalloc
 from pathlib import Path
 
 import anyio
@@ -99,3 +100,32 @@ async def test_a_cancelled_writer_finishes_what_was_queued_and_ends(tmp_path: Pa
             tg.cancel_scope.cancel()
     (session,) = SessionStore(tmp_path / "sessions").load()
     assert [seq for seq, _entry in session.entries] == [1]
+
+
+def test_a_queued_line_holds_about_its_length(tmp_path: Path) -> None:
+    """What waits for the writer is counted in lengths: each line must cost about that.
+
+    orjson (3.12 on) hands back bytes of at least 4 KiB however short: queued as
+    they are, 2,000 headers of ~120 bytes waiting for a busy writer (agents opened
+    and closed in a burst) held ~8 MiB, and the backlog's bound did not bound memory.
+    """
+    store = SessionStore(tmp_path / "sessions")
+    assert store.load() == []
+    count = 2000
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(count):
+            agent_id = f"agt_{index:016x}"
+            store.create(agent_id, "echo", {})
+            store.write(agent_id, {"history": []})  # a line not batched goes to the queue
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        store.close()
+    queued = store._queued_bytes  # noqa: SLF001 — what the backlog's bound counts
+    # Per agent: two lines of ~120 bytes (~60 bytes each over their length, with
+    # their tuples) and its name in the set of sessions on disk, ~460 bytes in
+    # all; a 4 KiB allocation per line is ~4,400.
+    per_agent = held / count
+    assert per_agent < 1024, f"{per_agent:.0f} bytes held per agent for {queued / count:.0f} queued"

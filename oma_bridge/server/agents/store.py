@@ -173,7 +173,13 @@ class SessionStore:
     def _put(self, kind: str, agent_id: str, line: dict[str, Any]) -> None:
         if self.enabled:
             self._flush(agent_id)
-            self._enqueue((kind, agent_id, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)))
+            data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+            # orjson (3.12 on) hands back bytes whose allocation is at least
+            # 4 KiB, whatever their length: a queued header of ~100 bytes would
+            # hold 40 times that while the writer catches up, and the backlog's
+            # bound (counted in lengths) would not bound memory.  A copy is sized
+            # to its length; ``write``'s lines are copied into their batch.
+            self._enqueue((kind, agent_id, bytes(memoryview(data))))
 
     def _enqueue(self, op: _Op) -> None:
         self._queued_bytes += len(op[2])
