@@ -124,7 +124,9 @@ class TcpProxy:
                 while self._frozen.is_set() and not self._stopped.is_set():
                     time.sleep(0.02)
                 sink.sendall(data)
-        except OSError:
+        except (OSError, ValueError):
+            # A cut closes the sockets under this thread: select() then sees a
+            # descriptor of -1 (ValueError), recv() or sendall() an OSError.
             pass
         finally:
             for sock in (source, sink):
