@@ -42,6 +42,8 @@ _WARN_EVERY_S = 10.0
 #: How long, at most, the requests of the connections refused at one attempt
 #: are waited for, all together (the loop stands still meanwhile).
 _REQUEST_WAIT_S = 0.05
+#: How often a reserve that could not be taken back is tried again.
+_RETAKE_S = 0.05
 
 
 class ConnectionRefuser:
@@ -53,14 +55,18 @@ class ConnectionRefuser:
         self._warned_at = -math.inf
         self._previous: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._retake: asyncio.TimerHandle | None = None
 
     def install(self) -> None:
-        self._take_spare()
         self._loop = asyncio.get_running_loop()
+        self._take_spare()
         self._previous = self._loop.get_exception_handler()
         self._loop.set_exception_handler(self._handle)
 
     def uninstall(self) -> None:
+        if self._retake is not None:
+            self._retake.cancel()
+            self._retake = None
         if self._loop is not None:
             self._loop.set_exception_handler(self._previous)
             self._loop = None
@@ -107,10 +113,26 @@ class ConnectionRefuser:
             self._take_spare()
         return refused
 
+    @property
+    def holds_reserve(self) -> bool:
+        """Whether the reserve descriptor is held (it is, but for a moment at the limit)."""
+        return self._spare >= 0
+
     def _take_spare(self) -> None:
-        if self._spare < 0:
-            with contextlib.suppress(OSError):
-                self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        if self._spare >= 0:
+            return
+        with contextlib.suppress(OSError):
+            self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        if self._spare < 0 and self._loop is not None and self._retake is None:
+            # Another thread took the descriptor just freed (a spawn's pipe, a
+            # session file): without a reserve the next connection at the limit
+            # would wait unanswered, and nothing else would try again, since
+            # every later attempt comes at the limit.  Tried until it is held.
+            self._retake = self._loop.call_later(_RETAKE_S, self._take_spare_again)
+
+    def _take_spare_again(self) -> None:
+        self._retake = None
+        self._take_spare()
 
     def _release_spare(self) -> None:
         if self._spare >= 0:
