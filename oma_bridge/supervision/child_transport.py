@@ -1,13 +1,21 @@
-"""A child forked off the event loop's thread, behind asyncio's subprocess transport.
+"""A child behind asyncio's subprocess transport, forked on the loop's thread or off it.
 
-Why: ``loop.subprocess_exec`` forks in the loop's thread, and a fork with
-its pipes costs ~1-3 ms.  A daemon running a few hundred process runs a
-second spent a third of its loop's time there (docs/benchmarks.md, "Load"),
-while every other connection waited: a ``daemon/status`` under load waited
-behind spawns.  :func:`start_child` forks in a worker thread instead
-(``subprocess.Popen``'s C fork path lets go of the GIL while it forks and
-execs), then hands the pipes to the loop and watches the exit through a
-pidfd, as asyncio's own ``PidfdChildWatcher`` does.
+:func:`start_child` forks with ``subprocess.Popen``, then hands the pipes to
+the loop and watches the exit through a pidfd, as asyncio's own
+``PidfdChildWatcher`` does (``loop.subprocess_exec`` on Python 3.11 waits
+for each child in a thread of its own).  Where it forks is the caller's
+choice, ``off_loop``:
+
+* **on the loop's thread** (a library caller, the default): the fastest
+  single run.  A worker thread's hand-over (a wake-up each way, and the GIL
+  handed back and forth) cost 0.4-1.0 ms a spawn on a 2-core VM, a
+  ``cat`` run 1.6x-1.7x a bare spawn against 1.1x on the loop
+  (docs/benchmarks.md, "Process backend", 2026-12-02 19:50).
+* **in a worker thread** (the daemon): a fork with its pipes costs a loaded
+  daemon ~1-3 ms, and one running a few hundred process runs a second
+  spent a third of its loop's time there (docs/benchmarks.md, "Load")
+  while every other connection waited.  ``Popen``'s C fork path lets go of
+  the GIL while it forks and execs, and the loop goes on meanwhile.
 
 :class:`ChildTransport` keeps the semantics of asyncio's subprocess
 transport that :class:`~.pipes.ChildProtocol` relies on: ``connection_made``
@@ -32,7 +40,7 @@ from typing import Any
 
 import anyio.to_thread
 
-__all__ = ["ChildTransport", "start_child", "threaded_spawn"]
+__all__ = ["ChildTransport", "pidfd_spawn", "start_child"]
 
 
 def _pidfds() -> bool:
@@ -48,8 +56,8 @@ def _pidfds() -> bool:
 _PIDFDS = _pidfds()
 
 
-def threaded_spawn(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether :func:`start_child` forks off ``loop``'s thread (asyncio's loop, pidfds)."""
+def pidfd_spawn(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether :func:`start_child` forks itself and watches a pidfd (asyncio's loop, pidfds)."""
     return _PIDFDS and isinstance(loop, asyncio.BaseEventLoop)
 
 
@@ -62,14 +70,16 @@ async def start_child(
     stderr: int,
     cwd: str | os.PathLike[str] | None,
     env: Mapping[bytes, bytes] | Mapping[str, str],
+    off_loop: bool = False,
 ) -> asyncio.SubprocessTransport:
     """Start ``argv`` in a new session, its pipes on ``protocol``; returns once connected.
 
     ``stdin``/``stdout``/``stderr`` are ``subprocess.PIPE``, ``DEVNULL`` or
-    ``STDOUT`` (stderr).  Raises ``OSError`` when the command cannot start.
+    ``STDOUT`` (stderr); ``off_loop`` forks in a worker thread (see the
+    module docstring).  Raises ``OSError`` when the command cannot start.
     """
     loop = asyncio.get_running_loop()
-    if not threaded_spawn(loop):
+    if not pidfd_spawn(loop):
         transport, _ = await loop.subprocess_exec(
             lambda: protocol,
             *argv,
@@ -94,7 +104,7 @@ async def start_child(
             bufsize=0,
         )
 
-    popen = await anyio.to_thread.run_sync(fork)
+    popen = await anyio.to_thread.run_sync(fork) if off_loop else fork()
     transport = ChildTransport(loop, protocol, popen)
     try:
         await transport.connect()

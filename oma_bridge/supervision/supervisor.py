@@ -153,8 +153,12 @@ class Supervisor:
         hidden_variables: Iterable[str] = (),
         bwrap: str | None = None,
         hidden_folders: Iterable[str | Path] = (),
+        fork_off_loop: bool = False,
     ) -> None:
         self.owner = secrets.token_hex(8)
+        #: Fork in a worker thread rather than on the loop's (``child_transport.py``):
+        #: the daemon's choice, whose loop has other connections to serve.
+        self.fork_off_loop = fork_off_loop
         self.hidden_variables = SERVICE_VARIABLES | frozenset(hidden_variables)
         hidden = [*hidden_folders, *([state_dir] if state_dir is not None else [])]
         #: How sandboxed children are run (PROTOCOL §19.1).
@@ -291,7 +295,7 @@ class Supervisor:
         child_env = self._spawn_environment(env, tag)
         protocol = ChildProtocol(StderrTail(stderr_tail_bytes))
         with anyio.CancelScope(shield=True):
-            # Forked off the loop's thread where it can be (child_transport.py).
+            # On the loop's thread or off it, as the owner chose (child_transport.py).
             transport = await start_child(
                 protocol,
                 argv,
@@ -300,6 +304,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 cwd=cwd,
                 env=child_env,
+                off_loop=self.fork_off_loop,
             )
         pid = transport.get_pid()
         self._watchdog.register(pid)
@@ -587,6 +592,7 @@ def configure_supervisor(
     hidden_variables: Iterable[str] = (),
     bwrap: str | None = None,
     hidden_folders: Iterable[str | Path] = (),
+    fork_off_loop: bool = False,
 ) -> Supervisor:
     """Install a new process-wide supervisor (the daemon does this once, at start).
 
@@ -600,6 +606,7 @@ def configure_supervisor(
         hidden_variables=hidden_variables,
         bwrap=bwrap,
         hidden_folders=hidden_folders,
+        fork_off_loop=fork_off_loop,
     )
     with _default_lock:
         previous, _default = _default, supervisor

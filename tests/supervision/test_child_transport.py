@@ -1,4 +1,4 @@
-"""Children forked off the loop's thread (supervision/child_transport.py), and what a run leaves."""
+"""Children forked on the loop's thread or off it (supervision/child_transport.py), and what a run leaves."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from oma_bridge.supervision.child_transport import ChildTransport, start_child, threaded_spawn
+from oma_bridge.supervision.child_transport import ChildTransport, pidfd_spawn, start_child
 from oma_bridge.supervision.pipes import ChildProtocol, StderrTail
 from oma_bridge.supervision.supervisor import Supervisor
 
@@ -28,8 +28,9 @@ def supervisor() -> Iterator[Supervisor]:
         made.close()
 
 
-async def test_the_fork_happens_off_the_loops_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert threaded_spawn(asyncio.get_running_loop())  # Linux with pidfds, asyncio's loop
+@pytest.fixture
+def popen_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """The thread of every ``subprocess.Popen`` call from now on."""
     threads: list[threading.Thread] = []
     real_popen = subprocess.Popen
 
@@ -38,6 +39,14 @@ async def test_the_fork_happens_off_the_loops_thread(monkeypatch: pytest.MonkeyP
         return real_popen(*args, **kwargs)  # type: ignore[call-overload,no-any-return]
 
     monkeypatch.setattr(subprocess, "Popen", recording_popen)
+    return threads
+
+
+@pytest.mark.parametrize("off_loop", [True, False])
+async def test_the_fork_happens_where_the_caller_asked(
+    off_loop: bool, popen_threads: list[threading.Thread]
+) -> None:
+    assert pidfd_spawn(asyncio.get_running_loop())  # Linux with pidfds, asyncio's loop
     protocol = ChildProtocol(StderrTail())
     transport = await start_child(
         protocol,
@@ -47,14 +56,32 @@ async def test_the_fork_happens_off_the_loops_thread(monkeypatch: pytest.MonkeyP
         stderr=subprocess.PIPE,
         cwd=None,
         env={"PATH": "/usr/bin:/bin"},
+        off_loop=off_loop,
     )
-    assert isinstance(transport, ChildTransport)
-    assert threads and threads[0] is not threading.main_thread()
+    assert isinstance(transport, ChildTransport)  # a pidfd watches it either way
+    assert len(popen_threads) == 1
+    assert (popen_threads[0] is threading.main_thread()) is not off_loop
     with anyio.fail_after(10):
         await protocol.closed.wait()
     assert transport.get_returncode() == 0
     assert transport.get_pipe_transport(0) is None  # no stdin pipe asked for
     transport.close()
+
+
+@pytest.mark.parametrize("fork_off_loop", [True, False])
+async def test_a_supervisor_forks_where_its_owner_chose(
+    fork_off_loop: bool, popen_threads: list[threading.Thread]
+) -> None:
+    """The library's default forks on the loop (the fastest run); the daemon's off it."""
+    made = Supervisor(fork_off_loop=fork_off_loop)
+    try:
+        process = await made.spawn(["cat"])
+        await process.stop(5.0, close_stdin_first=True)
+    finally:
+        made.close()
+    assert process.returncode == 0
+    assert (popen_threads[0] is threading.main_thread()) is not fork_off_loop
+    assert Supervisor().fork_off_loop is False
 
 
 async def test_stdin_written_at_once_after_the_spawn_reaches_the_child(
