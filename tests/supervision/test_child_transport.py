@@ -1,4 +1,4 @@
-"""Children forked on the loop's thread or off it (supervision/child_transport.py), and what a run leaves."""
+"""Children forked on the loop's thread or off it (child_transport.py), and what a run leaves."""
 
 from __future__ import annotations
 
