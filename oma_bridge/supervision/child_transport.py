@@ -10,7 +10,7 @@ choice, ``off_loop``:
   single run.  A worker thread's hand-over (a wake-up each way, and the GIL
   handed back and forth) cost 0.4-1.0 ms a spawn on a 2-core VM, a
   ``cat`` run 1.6x-1.7x a bare spawn against 1.1x on the loop
-  (docs/benchmarks.md, "Process backend", 2026-12-02 19:50).
+  (docs/benchmarks.md, "Process backend", 2026-12-02 19:49-20:15).
 * **in a worker thread** (the daemon): a fork with its pipes costs a loaded
   daemon ~1-3 ms, and one running a few hundred process runs a second
   spent a third of its loop's time there (docs/benchmarks.md, "Load")
