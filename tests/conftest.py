@@ -5,8 +5,11 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import subprocess
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +44,23 @@ def no_collector() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+@pytest.fixture
+def popen_threads(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[threading.Thread]]:
+    """The thread of every ``subprocess.Popen`` from now on, by its command's file name.
+
+    By name, since a supervisor's first spawn also starts its crash watchdog.
+    """
+    threads: dict[str, list[threading.Thread]] = defaultdict(list)
+    real_popen = subprocess.Popen
+
+    def recording_popen(argv: Sequence[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        threads[os.path.basename(argv[0])].append(threading.current_thread())  # noqa: PTH119
+        return real_popen(argv, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
+    return threads
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import threading
@@ -28,23 +29,9 @@ def supervisor() -> Iterator[Supervisor]:
         made.close()
 
 
-@pytest.fixture
-def popen_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
-    """The thread of every ``subprocess.Popen`` call from now on."""
-    threads: list[threading.Thread] = []
-    real_popen = subprocess.Popen
-
-    def recording_popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
-        threads.append(threading.current_thread())
-        return real_popen(*args, **kwargs)  # type: ignore[call-overload,no-any-return]
-
-    monkeypatch.setattr(subprocess, "Popen", recording_popen)
-    return threads
-
-
 @pytest.mark.parametrize("off_loop", [True, False])
 async def test_the_fork_happens_where_the_caller_asked(
-    off_loop: bool, popen_threads: list[threading.Thread]
+    off_loop: bool, popen_threads: dict[str, list[threading.Thread]]
 ) -> None:
     assert pidfd_spawn(asyncio.get_running_loop())  # Linux with pidfds, asyncio's loop
     protocol = ChildProtocol(StderrTail())
@@ -59,8 +46,8 @@ async def test_the_fork_happens_where_the_caller_asked(
         off_loop=off_loop,
     )
     assert isinstance(transport, ChildTransport)  # a pidfd watches it either way
-    assert len(popen_threads) == 1
-    assert (popen_threads[0] is threading.main_thread()) is not off_loop
+    [thread] = popen_threads[os.path.basename(sys.executable)]  # noqa: PTH119
+    assert (thread is threading.main_thread()) is not off_loop
     with anyio.fail_after(10):
         await protocol.closed.wait()
     assert transport.get_returncode() == 0
@@ -70,7 +57,7 @@ async def test_the_fork_happens_where_the_caller_asked(
 
 @pytest.mark.parametrize("fork_off_loop", [True, False])
 async def test_a_supervisor_forks_where_its_owner_chose(
-    fork_off_loop: bool, popen_threads: list[threading.Thread]
+    fork_off_loop: bool, popen_threads: dict[str, list[threading.Thread]]
 ) -> None:
     """The library's default forks on the loop (the fastest run); the daemon's off it."""
     made = Supervisor(fork_off_loop=fork_off_loop)
@@ -80,7 +67,8 @@ async def test_a_supervisor_forks_where_its_owner_chose(
     finally:
         made.close()
     assert process.returncode == 0
-    assert (popen_threads[0] is threading.main_thread()) is not fork_off_loop
+    [thread] = popen_threads["cat"]
+    assert (thread is threading.main_thread()) is not fork_off_loop
     assert Supervisor().fork_off_loop is False
 
 
